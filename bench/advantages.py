@@ -67,27 +67,33 @@ def _rss_now_bytes() -> int:
         return 0
 
 
-def _write_options(run) -> dict:
-    """The keyword arguments `gaca advantages` passes to write_parquet_atomic besides the
-    table and metadata (kept in step with cli/cmd_advantages.py)."""
-    columns = getattr(run, "dictionary_columns", None)
-    return {} if columns is None else {"dictionary_columns": columns}
+def input_nbytes(log_path: str) -> int:
+    """In-memory Arrow size of the whole log (every column), the reference of the peak-memory
+    ratio; cached beside the log because reading 10M rows takes a few seconds."""
+    cache = Path(f"{log_path}.nbytes")
+    if cache.exists() and cache.stat().st_mtime >= Path(log_path).stat().st_mtime:
+        return int(cache.read_text())
+    import pyarrow.parquet as pq
+
+    nbytes = pq.read_table(log_path).nbytes
+    cache.write_text(str(nbytes))
+    return nbytes
 
 
 def child_fast(log_path: str, out_path: str, method: str) -> dict:
-    from gaca_cli.advantages import compute_advantages
+    """The path `gaca advantages` takes (cli/cmd_advantages.py), phase by phase."""
+    from gaca_cli.advantages import compute_advantages, read_for_advantages, write_annotated
     from gaca_cli.estimators import AdvantagesConfig
-    from gaca_cli.io import read_log, write_parquet_atomic
 
     rss0 = _rss_now_bytes()
     config = AdvantagesConfig(method=method)
     c0 = time.process_time()
     t0 = time.perf_counter()
-    log = read_log([log_path])
+    log = read_for_advantages([log_path], {}, config)
     t1 = time.perf_counter()
     run = compute_advantages(log, config)
     t2 = time.perf_counter()
-    write_parquet_atomic(run.table, out_path, run.metadata, **_write_options(run))
+    how = write_annotated(run, out_path, [log_path], {})
     t3 = time.perf_counter()
     return {
         "read_s": t1 - t0,
@@ -95,8 +101,8 @@ def child_fast(log_path: str, out_path: str, method: str) -> dict:
         "write_s": t3 - t2,
         "total_s": t3 - t0,
         "cpu_s": time.process_time() - c0,
-        "input_bytes": log.table.nbytes,
         "rss_start_bytes": rss0,
+        "write": how,
     }
 
 
@@ -125,7 +131,6 @@ def child_baseline(log_path: str, out_path: str, method: str, style: str = "kind
         "write_s": t3 - t2,
         "total_s": t3 - t0,
         "cpu_s": time.process_time() - c0,
-        "input_bytes": table.nbytes,
         "rss_start_bytes": rss0,
     }
 
@@ -203,7 +208,7 @@ def measure(kind: str, log_path: Path, method: str, rows: int, workdir: Path, st
         res["compute_s"],
         res["write_s"],
         peak,
-        res["input_bytes"],
+        input_nbytes(str(log_path)),
         {
             "process_wall_s": wall,
             "process_cpu_s": cpu,
@@ -283,9 +288,8 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
     import io
     import pstats
 
-    from gaca_cli.advantages import compute_advantages
+    from gaca_cli.advantages import compute_advantages, read_for_advantages, write_annotated
     from gaca_cli.estimators import AdvantagesConfig
-    from gaca_cli.io import read_log, write_parquet_atomic
 
     with tempfile.TemporaryDirectory(dir=log_path.parent, prefix="prof-") as tmp:
         for method in methods:
@@ -303,11 +307,12 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
                     phases[name] = (time.process_time() - c0, time.perf_counter() - w0)
                     rss[name] = _rss_now_bytes()
 
-            log = phase("read", lambda: read_log([log_path]))
-            run = phase("compute", lambda: compute_advantages(log, AdvantagesConfig(method=method)))
-            phase("write", lambda: write_parquet_atomic(run.table, Path(tmp) / "out.parquet", run.metadata,
-                                                        **_write_options(run)))
-            print(f"\n=== {method}, {log.table.num_rows:,} rows, input {log.table.nbytes / 2**30:.2f} GiB in memory")
+            config = AdvantagesConfig(method=method)
+            log = phase("read", lambda: read_for_advantages([log_path], {}, config))
+            run = phase("compute", lambda: compute_advantages(log, config))
+            how = phase("write", lambda: write_annotated(run, Path(tmp) / "out.parquet", [log_path], {}))
+            print(f"\n=== {method}, {log.table.num_rows:,} rows, columns read {log.table.nbytes / 2**30:.2f} GiB in "
+                  f"memory, output {how}")
             for name, (cpu, wall) in phases.items():
                 print(f"  {name:8s} cpu {cpu:7.2f} s  wall {wall:7.2f} s  RSS after {rss[name] / 2**30:.2f} GiB")
             for key in ("tottime", "cumulative"):

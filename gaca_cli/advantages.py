@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
@@ -14,25 +16,61 @@ from gaca_cli.checks import StepIndex, anchor_column, prepare_log
 from gaca_cli.errors import GacaError
 from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
 from gaca_cli.grouping import Anchors, equal_key_codes, similarity_key_codes
-from gaca_cli.io import Log, restore_column_names
+from gaca_cli.io import Log, atomic_path, column_names, read_log, restore_column_names, write_parquet_atomic
+
+
+#: low-cardinality columns worth dictionary-encoding when the whole table is rewritten
+_DICTIONARY_COLUMNS = (C.ADV_METHOD, C.GROUP_ID, C.TRAJ_ID, C.SUCCESS, C.DONE)
+
+
+def columns_read(config: AdvantagesConfig, names: Sequence[str]) -> list[str]:
+    """The input columns `gaca advantages` reads: the required ones, every column with a value
+    rule of log-schema.md (done, episode_reward, behavior_logprobs and action_token_ids, the
+    NLL columns) and, for gigpo and gaca, the anchor. Text the method does not use (prompts,
+    actions, observations; anchors for grpo) is type-checked from the file's schema, stays
+    on disk, and is carried to the output as it is."""
+    wanted = [C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.REWARD, C.DONE, C.EPISODE_REWARD]
+    wanted += [C.BEHAVIOR_LOGPROBS, C.ACTION_TOKEN_IDS, C.NLL_MEAN, C.NLL_SUM]
+    if config.method in ("gigpo", "gaca"):
+        wanted.append(C.ANCHOR_KEY if C.ANCHOR_KEY in names else C.ANCHOR_OBS)
+    return [n for n in wanted if n in names]
+
+
+def read_for_advantages(
+    paths: Sequence[str | os.PathLike], column_map: Mapping[str, str], config: AdvantagesConfig
+) -> Log:
+    """The columns of the log that `config`'s method reads (`columns_read`), ids read
+    dictionary-encoded (cheap to rank)."""
+    names = column_names(paths, column_map)
+    return read_log(paths, column_map, columns=columns_read(config, names), dictionary=(C.GROUP_ID, C.TRAJ_ID))
 
 
 @dataclass(frozen=True)
 class AdvantagesRun:
-    table: pa.Table  # every input column (original names) plus the method's columns
+    log: Log  # the input as read (possibly only the columns the method uses)
+    new_columns: pa.Table  # the method's columns, rows in the file's order
     metadata: dict[str, str]  # Parquet key/value metadata to write
     summary: dict  # JSON-ready run summary
-    result: Advantages  # per-row arrays in canonical (traj, step) order
+    result: Advantages  # per-row arrays in `index` order (trajectories in file order)
     index: StepIndex
 
+    def result_at(self, rows: np.ndarray) -> Advantages:
+        """The per-row arrays of `result` at the given file rows (e.g. another index's order)."""
+        where = np.empty(self.index.n_rows, dtype=np.int64)
+        where[self.index.order] = np.arange(self.index.n_rows, dtype=np.int64)
+        pick = where[rows]
+        arrays = {
+            f.name: (getattr(self.result, f.name)[pick] if isinstance(getattr(self.result, f.name), np.ndarray)
+                     else getattr(self.result, f.name))
+            for f in fields(Advantages)
+        }
+        return Advantages(**arrays)
+
     @property
-    def dictionary_columns(self) -> tuple[str, ...]:
-        """Low-cardinality columns worth dictionary-encoding in the Parquet file."""
-        return tuple(
-            self.table.column_names[i]
-            for i, name in enumerate(self.table.column_names)
-            if name in (C.ADV_METHOD, C.GROUP_ID, C.TRAJ_ID, C.SUCCESS, C.DONE)
-        )
+    def table(self) -> pa.Table:
+        """Every column read (original names; the tool's own earlier columns replaced) plus
+        the method's columns."""
+        return annotated_table(self.log.table, self.log.renamed, self.new_columns)
 
 
 def _float_column(log: Log, index: StepIndex, name: str) -> np.ndarray:
@@ -72,14 +110,17 @@ def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> np.ndar
     name = anchor_column(log.table)
     assert name is not None  # checked by prepare_log
     anchors = Anchors(log.table.column(name), None if index.is_identity else index.order)
+    position = index.canonical_position
     if config.anchor_similarity is None:
-        return equal_key_codes(index.group, anchors)
-    return similarity_key_codes(index.group, anchors, config.anchor_similarity)
+        return equal_key_codes(index.group, anchors, position)
+    return similarity_key_codes(index.group, anchors, config.anchor_similarity, position)
 
 
 def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     """Check the log, run the configured estimator, and build the output table."""
-    index, warnings = prepare_log(log, f"advantages:{config.method}")
+    # file order: gathers between the file and the index stay local in memory; nothing in the
+    # results depends on it (sums run in value or canonical order)
+    index, warnings = prepare_log(log, f"advantages:{config.method}", canonical=False)
     episode_reward = None
     if C.EPISODE_REWARD in log.table.column_names:
         episode_reward = _float_column(log, index, C.EPISODE_REWARD)[index.traj_start]
@@ -117,12 +158,6 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
         pa.array(np.zeros(index.n_rows, dtype=np.int32)), pa.array([config.method])
     ).cast(pa.string())
 
-    owned = set(C.ADVANTAGES_OUTPUTS)
-    table = log.table.select([n for n in log.table.column_names if n not in owned])
-    table = restore_column_names(table, log.renamed)
-    for name, arr in new_columns.items():
-        table = table.append_column(name, arr)
-
     params = config.as_metadata()
     meta_value = {"tool": "gaca", "version": __version__, "method": config.method, "params": params}
     if u_source:
@@ -133,7 +168,51 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     metadata[C.META_ADVANTAGES] = json.dumps(meta_value, sort_keys=True)
     summary = summarize(index, arrays, result, config, warnings)
     summary["criticality_column"] = u_source
-    return AdvantagesRun(table=table, metadata=metadata, summary=summary, result=result, index=index)
+    return AdvantagesRun(
+        log=log, new_columns=pa.table(new_columns), metadata=metadata, summary=summary, result=result, index=index
+    )
+
+
+def annotated_table(table: pa.Table, renamed: Mapping[str, str], new_columns: pa.Table) -> pa.Table:
+    """`table` without the tool's own columns, names restored, with `new_columns` appended."""
+    owned = set(C.ADVANTAGES_OUTPUTS)
+    out = table.select([n for n in table.column_names if n not in owned])
+    out = restore_column_names(out, renamed)
+    for name, column in zip(new_columns.column_names, new_columns.columns):
+        out = out.append_column(name, column)
+    return out
+
+
+def write_annotated(
+    run: AdvantagesRun, out: str | os.PathLike, paths: Sequence[str | os.PathLike], column_map: Mapping[str, str]
+) -> str:
+    """Write every input column plus the method's columns to `out`, atomically.
+
+    Plain Parquet files are spliced: their compressed column chunks are copied byte for byte
+    and only the new columns are encoded (`gaca_cli.parquet_splice`). Otherwise (directories,
+    files whose schemas differ) the whole log is read and rewritten. Returns "spliced" or
+    "rewritten"."""
+    from gaca_cli.parquet_splice import SpliceUnsupported, splice_columns
+
+    log = run.log
+    if log.plain_files:
+        owned = set(C.ADVANTAGES_OUTPUTS)
+        drop = [log.original_name(n) for n in log.file_schema.names if n in owned]
+        try:
+            with atomic_path(out) as tmp:
+                splice_columns(
+                    log.files, drop, run.new_columns, tmp, run.metadata, dictionary_columns=(C.ADV_METHOD,)
+                )
+            return "spliced"
+        except SpliceUnsupported:
+            pass
+    full = read_log(paths, column_map) if log.partial else log
+    if full.table.num_rows != run.new_columns.num_rows:  # the files changed while we worked
+        raise GacaError("the input changed while it was being read; run again", file=log.source)
+    table = annotated_table(full.table, full.renamed, run.new_columns)
+    dictionary = [n for n in table.column_names if n in _DICTIONARY_COLUMNS]
+    write_parquet_atomic(table, out, run.metadata, dictionary_columns=dictionary)
+    return "rewritten"
 
 
 def _check_finite(log: Log, result: Advantages) -> None:
@@ -154,10 +233,18 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+def canonical_sum(values: np.ndarray, index: StepIndex) -> float:
+    """Σ values over all rows, added in canonical order (per trajectory in step order, then
+    the trajectories by sorted ids), so the result does not depend on the file's row order."""
+    per_traj = np.add.reduceat(values, index.traj_start)
+    return float(np.sum(per_traj[np.argsort(index.canonical_start)]))
+
+
 def summarize(
     index: StepIndex, arrays: StepArrays, result: Advantages, config: AdvantagesConfig, warnings: dict[str, int]
 ) -> dict:
-    """The run summary printed on stderr (and by --json on stdout)."""
+    """The run summary printed on stderr (and by --json on stdout); every figure is the same
+    whatever the order of rows in the file."""
     n = index.n_rows
     traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
     summary: dict = {
@@ -167,33 +254,41 @@ def summarize(
         "trajectories": index.n_traj,
         "groups": index.n_groups,
         "singleton_groups": int(np.sum(traj_per_group == 1)),
-        "mean_abs_adv_episode": float(np.mean(np.abs(result.adv_episode))),
-        "mean_abs_weighted_adv_step": float(np.mean(np.abs(config.step_weight * result.adv_step))),
+        "mean_abs_adv_episode": canonical_sum(np.abs(result.adv_episode), index) / n,
+        "mean_abs_weighted_adv_step": canonical_sum(np.abs(config.step_weight * result.adv_step), index) / n,
         "diagnostics": dict(result.diagnostics),
         "warnings": dict(warnings),
     }
     if result.step_group_size is not None:
-        size = result.step_group_size
-        hist = {}
-        for lo, hi, label in _SIZE_BUCKETS:
-            mask = size >= lo if hi is None else (size >= lo) & (size <= hi)
-            hist[label] = int(np.sum(mask))
-        summary["steps_by_step_group_size"] = hist
-        summary["step_signal_share"] = float(np.mean(size > 1))
+        lows = np.array([lo for lo, _, _ in _SIZE_BUCKETS])
+        bucket = np.searchsorted(lows, result.step_group_size, side="right") - 1
+        counts = np.bincount(bucket, minlength=len(lows))
+        summary["steps_by_step_group_size"] = {label: int(c) for (_, _, label), c in zip(_SIZE_BUCKETS, counts)}
+        summary["step_signal_share"] = float((n - counts[0]) / n)
     else:
         summary["step_signal_share"] = 0.0
     if result.gaca_weight is not None and arrays.criticality is not None:
         lam = result.gaca_weight
-        u = arrays.criticality
-        ok = ~np.isnan(u)
-        corr = None
-        if ok.sum() >= 2 and np.std(lam[ok]) > 0 and np.std(u[ok]) > 0:
-            corr = _finite_or_none(np.corrcoef(lam[ok], u[ok])[0, 1])
         summary["lambda"] = {
             "bar": config.lambda_bar,
-            "mean": float(lam.mean()),
+            "mean": canonical_sum(lam, index) / n,
             "min": float(lam.min()),
             "max": float(lam.max()),
-            "corr_with_nll": corr,
+            "corr_with_nll": _correlation(lam, arrays.criticality, index),
         }
     return summary
+
+
+def _correlation(x: np.ndarray, u: np.ndarray, index: StepIndex) -> float | None:
+    """Pearson correlation of x and u over the rows where u is not NaN (None when fewer than
+    two rows or either side is constant); sums in canonical order (see `canonical_sum`)."""
+    ok = ~np.isnan(u)
+    k = int(ok.sum())
+    if k < 2:
+        return None
+    dx = np.where(ok, x - canonical_sum(np.where(ok, x, 0.0), index) / k, 0.0)
+    du = np.where(ok, u - canonical_sum(np.where(ok, u, 0.0), index) / k, 0.0)
+    var_x, var_u = canonical_sum(dx * dx, index), canonical_sum(du * du, index)
+    if not (var_x > 0 and var_u > 0):
+        return None
+    return _finite_or_none(np.clip(canonical_sum(dx * du, index) / np.sqrt(var_x * var_u), -1.0, 1.0))

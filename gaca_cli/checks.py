@@ -17,22 +17,28 @@ import pyarrow.compute as pc
 
 from gaca_cli import columns as C
 from gaca_cli.errors import GacaError
-from gaca_cli.grouping import dense_rank, plain, take_rows
+from gaca_cli.grouping import dense_rank, id_codes, plain, take_rows
 from gaca_cli.io import Log
 from gaca_cli.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
 
 @dataclass(frozen=True)
 class StepIndex:  # noqa: PLR0902
-    """Rows in canonical order: episode groups by sorted group_id, within a group the
-    trajectories by sorted traj_id, within a trajectory the steps ascending.
+    """Rows grouped by trajectory, steps ascending within each trajectory.
 
-    order:      int64 [N]  original row of each sorted position
-    traj:       int64 [N]  trajectory code of each sorted position (0..T-1, non-decreasing)
-    traj_start: int64 [T]  first sorted position of each trajectory
+    In canonical order (the default) the trajectories follow sorted (group_id, traj_id): episode
+    groups by sorted group_id, within a group the trajectories by sorted traj_id. In file
+    order (`prepare_log(..., canonical=False)`) they follow their first appearance in the file,
+    which keeps every gather between file and index order local in memory; results that must
+    not depend on row order then use `canonical_position`.
+
+    order:      int64 [N]  original row of each index position
+    traj:       int64 [N]  trajectory code of each position (0..T-1, non-decreasing)
+    traj_start: int64 [T]  first position of each trajectory
     traj_len:   int64 [T]  number of steps of each trajectory
-    traj_group: int64 [T]  episode-group code of each trajectory (0..G-1 by sorted group_id,
-                           non-decreasing)
+    traj_group: int64 [T]  episode-group code of each trajectory (0..G-1; in canonical order by
+                           sorted group_id and non-decreasing)
+    canonical_start: int64 [T] position of each trajectory's first step in canonical order
     """
 
     order: np.ndarray
@@ -41,6 +47,7 @@ class StepIndex:  # noqa: PLR0902
     traj_len: np.ndarray
     traj_group: np.ndarray
     n_groups: int
+    canonical_start: np.ndarray
 
     @property
     def n_rows(self) -> int:
@@ -54,6 +61,12 @@ class StepIndex:  # noqa: PLR0902
     def step(self) -> np.ndarray:
         """int64 [N] step index of each sorted position (0..T-1 within its trajectory)."""
         return np.arange(self.n_rows, dtype=np.int64) - self.traj_start[self.traj]
+
+    @property
+    def canonical_position(self) -> np.ndarray:
+        """int64 [N] position of each row in canonical order (a permutation of 0..N-1): what
+        numbering by first appearance uses, so that it does not depend on row order."""
+        return self.canonical_start[self.traj] + self.step
 
     @property
     def group(self) -> np.ndarray:
@@ -124,25 +137,32 @@ _FINITE = (C.REWARD, C.EPISODE_REWARD, C.NLL_MEAN, C.NLL_SUM)
 
 def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
     """Presence, types, nulls and finiteness, column by column. Returns the columns that broke
-    a rule (later checks leave them alone) and whether a required column is unusable."""
+    a rule (later checks leave them alone) and whether a required column is unusable.
+
+    Types are checked for every column of the files; the value rules for the columns that
+    were read (a command reads the columns it uses, see `gaca_cli.advantages.columns_read`)."""
     table = log.table
+    schema = log.file_schema
     bad: set[str] = set()
     fatal = False
     for spec in INPUT_BY_NAME.values():
         before = len(out.violations)
-        if spec.name not in table.column_names:
+        if spec.name not in schema.names:
             if spec.required:
                 out.violations.append(_violation(log, spec.name, "required column is missing"))
                 fatal = True
             continue
-        col = table.column(spec.name)
-        if not spec.accepts(col.type):
+        file_type = schema.field(spec.name).type
+        if not spec.accepts(file_type):
             out.violations.append(
-                _violation(log, spec.name, f"type {col.type} is not usable here; expected {spec.accepted_types}")
+                _violation(log, spec.name, f"type {file_type} is not usable here; expected {spec.accepted_types}")
             )
             bad.add(spec.name)
             fatal |= spec.required
             continue
+        if spec.name not in table.column_names:
+            continue
+        col = table.column(spec.name)
         if not spec.nullable:
             nulls = _null_rows(col)
             if len(nulls):
@@ -178,14 +198,14 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
     return bad, fatal
 
 
-def _structure_checks(log: Log, out: Inspection, bad: set[str]) -> StepIndex | None:
+def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool = True) -> StepIndex | None:
     """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
-    trajectory; then the canonical row order."""
+    trajectory; then the row index (canonical or file order, see StepIndex)."""
     table = log.table
     n = table.num_rows
-    traj_of_row, traj_ids = dense_rank(table.column(C.TRAJ_ID))
-    group_of_row, _ = dense_rank(table.column(C.GROUP_ID))
-    n_traj = len(traj_ids)
+    traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
+    group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))
+    n_traj = len(traj_rank)
     step = plain(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
     lengths = np.bincount(traj_of_row, minlength=n_traj).astype(np.int64)
@@ -205,61 +225,67 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str]) -> StepIndex | N
     if duplicate.any() or len(gap_rows):
         return None
 
-    # rows ordered by (traj_id, step_idx)
+    def by_id_and_step(rows: np.ndarray) -> np.ndarray:
+        """Offending rows sorted by (traj_id, step_idx), whatever the order of the file."""
+        return rows[np.lexsort((step[rows], traj_rank[traj_of_row[rows]]))]
+
+    # rows ordered by (trajectory code, step_idx)
     order = np.empty(n, dtype=np.int64)
     order[pos] = np.arange(n, dtype=np.int64)
-    traj_by_id = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
+    del pos, occupancy, duplicate, in_range
+    traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
 
     if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
         er = plain(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
-        differs = er != er[starts][traj_by_id]
+        differs = er != er[starts][traj_by_pos]
         if differs.any():
             out.violations.append(
-                _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", order[differs])
+                _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs]))
             )
 
     if C.DONE in table.column_names and C.DONE not in bad:
-        done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)[order]
+        done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
         last = np.zeros(n, dtype=bool)
-        last[starts + lengths - 1] = True
-        early = done & ~last
-        if early.any():
+        last[order[starts + lengths - 1]] = True
+        early = np.flatnonzero(done & ~last)
+        if len(early):
             out.violations.append(
-                _violation(log, C.DONE, "done may be true only once per trajectory, on its last step", order[early])
+                _violation(
+                    log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early)
+                )
             )
 
-    group_sorted = group_of_row[order]
-    traj_group = group_sorted[starts]
-    mixed = group_sorted != traj_group[traj_by_id]
+    traj_group = group_of_row[order[starts]]
+    mixed = group_of_row != traj_group[traj_of_row]
     if mixed.any():
-        bad_traj = np.unique(traj_by_id[mixed])
-        rows = order[np.isin(traj_by_id, bad_traj)]
+        bad_traj = np.unique(traj_of_row[mixed])
+        rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
         out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
         return None
 
-    # Canonical order is group-major: episode groups by sorted group_id, their trajectories by
-    # sorted traj_id, steps ascending. Renumber the trajectories accordingly.
-    by_group = np.lexsort((np.arange(n_traj), traj_group))
-    traj_code = np.empty(n_traj, dtype=np.int64)
-    traj_code[by_group] = np.arange(n_traj, dtype=np.int64)
-    traj_group = traj_group[by_group]
-    lengths = lengths[by_group]
-    starts = np.cumsum(lengths) - lengths
-    pos = starts[traj_code[traj_of_row]] + step
+    # canonical order of the trajectories: by sorted group_id, then sorted traj_id
+    by_canon = np.lexsort((traj_rank, group_rank[traj_group]))
+    canonical_start = np.empty(n_traj, dtype=np.int64)
+    canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
+    if not canonical:
+        return StepIndex(order, traj_by_pos, starts, lengths, traj_group, len(group_rank), canonical_start)
+    pos = canonical_start[traj_of_row] + step
     order = np.empty(n, dtype=np.int64)
     order[pos] = np.arange(n, dtype=np.int64)
+    lengths = lengths[by_canon]
     return StepIndex(
         order=order,
         traj=np.repeat(np.arange(n_traj, dtype=np.int64), lengths),
-        traj_start=starts,
+        traj_start=canonical_start[by_canon],
         traj_len=lengths,
-        traj_group=traj_group,
-        n_groups=int(group_of_row.max()) + 1,
+        traj_group=group_rank[traj_group][by_canon],
+        n_groups=len(group_rank),
+        canonical_start=canonical_start[by_canon],
     )
 
 
 def _needs_checks(log: Log, command: str, out: Inspection) -> None:
-    names = set(log.table.column_names)
+    names = set(log.file_schema.names)
     for alternatives in COMMAND_NEEDS[command]:
         if not names.intersection(alternatives):
             wanted = " or ".join(f"'{a}'" for a in alternatives)
@@ -308,23 +334,24 @@ def _warnings(log: Log, index: StepIndex, bad: set[str]) -> dict[str, int]:
     return warnings
 
 
-def inspect_log(log: Log, command: str = "validate") -> Inspection:
-    """Run every check; collect all violations and the warnings' counts."""
+def inspect_log(log: Log, command: str = "validate", canonical: bool = True) -> Inspection:
+    """Run every check; collect all violations and the warnings' counts. `canonical` chooses
+    the order of the returned index (see StepIndex)."""
     out = Inspection()
     bad, fatal = _column_checks(log, out)
     _needs_checks(log, command, out)
     if fatal:  # a required column is missing, unusable or null: nothing else can be checked
         return out
-    index = _structure_checks(log, out, bad)
+    index = _structure_checks(log, out, bad, canonical)
     if index is not None:
         out.warnings = _warnings(log, index, bad)
         out.index = index
     return out
 
 
-def prepare_log(log: Log, command: str) -> tuple[StepIndex, dict[str, int]]:
+def prepare_log(log: Log, command: str, canonical: bool = True) -> tuple[StepIndex, dict[str, int]]:
     """Run every check and raise the first violation; else return the index and warnings."""
-    result = inspect_log(log, command)
+    result = inspect_log(log, command, canonical)
     if result.violations:
         raise result.violations[0]
     assert result.index is not None

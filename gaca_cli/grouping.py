@@ -65,17 +65,57 @@ def take_rows(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
     return gathered.take(pa.array(back))
 
 
-def dense_rank(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """Codes 0..K-1 of the values of `arr` in sorted order, and the K sorted distinct values.
+def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Integer codes of the values of `arr`, numbered roughly by first appearance (cheap to
+    compute, good memory locality), with each code's rank in sorted order.
 
-    Strings sort by code point (byte order of UTF-8), integers numerically. No nulls allowed.
+    Returns (codes int64 [N] in 0..K-1, rank int64 [K]: position of each code's value in
+    sorted order, values [K]: the distinct value of each code). Strings sort by code point
+    (byte order of UTF-8), integers numerically. No nulls allowed.
+
+    Works chunk by chunk (a column is never concatenated): each chunk is dictionary-encoded
+    (dictionary chunks as they are), the chunks' small dictionaries are merged, and only the
+    distinct values are sorted.
     """
-    enc = pc.dictionary_encode(plain(arr))
-    order = pc.sort_indices(enc.dictionary).to_numpy()
+    chunks = [arr] if isinstance(arr, pa.Array) else [c for c in arr.chunks if len(c)]
+    if not chunks:
+        empty = plain(arr if isinstance(arr, pa.Array) else pa.array([], type=arr.type)).slice(0, 0)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty
+    dictionaries: list[pa.Array] = []
+    offset_of: dict[tuple, int] = {}  # the chunks of one row group share their dictionary
+    entries_parts: list[np.ndarray] = []
+    total = 0
+    for chunk in chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        d = chunk.dictionary
+        key = (tuple(0 if b is None else b.address for b in d.buffers()), d.offset, len(d))
+        if key not in offset_of:
+            offset_of[key] = total
+            dictionaries.append(plain(d))
+            total += len(d)
+        idx = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        idx += offset_of[key]
+        entries_parts.append(idx)
+    entries = np.concatenate(entries_parts) if len(entries_parts) > 1 else entries_parts[0]
+    values = pa.concat_arrays(dictionaries) if len(dictionaries) > 1 else dictionaries[0]
+    used = np.zeros(len(values), dtype=bool)
+    used[entries] = True
+    used_rows = np.flatnonzero(used)
+    merged = pc.dictionary_encode(values.take(pa.array(used_rows)))
+    entry_code = np.zeros(len(values), dtype=np.int64)
+    entry_code[used_rows] = merged.indices.to_numpy(zero_copy_only=False)
+    order = pc.sort_indices(merged.dictionary).to_numpy()
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order), dtype=np.int64)
-    codes = rank[enc.indices.to_numpy(zero_copy_only=False)]
-    return codes, enc.dictionary.take(pa.array(order))
+    return entry_code[entries], rank, merged.dictionary
+
+
+def dense_rank(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Codes 0..K-1 of the values of `arr` in sorted order, and the K sorted distinct values
+    (see `id_codes`)."""
+    codes, rank, values = id_codes(arr)
+    return rank[codes], values.take(pa.array(np.argsort(rank)))
 
 
 @dataclass(frozen=True)
@@ -98,7 +138,8 @@ class Anchors:
         column = self.column
         if pa.types.is_dictionary(column.type):
             column = column.cast(column.type.value_type)
-        return pl.from_arrow(column)
+        # one chunk: polars gathers from a many-chunk series ~30x slower
+        return pl.from_arrow(column).rechunk()
 
     def hashes(self) -> np.ndarray:
         """uint64 [N] hash of each row's anchor, canonical order (only used to find equals)."""
@@ -118,14 +159,15 @@ class Anchors:
         return take_rows(self.column, rows)
 
 
-def equal_key_codes(group: np.ndarray, anchors: Anchors) -> np.ndarray:
+def equal_key_codes(group: np.ndarray, anchors: Anchors, position: np.ndarray | None = None) -> np.ndarray:
     """Step-group codes: two rows share a code exactly when they have the same episode group
-    and the same anchor value. Codes are numbered in order of first appearance, so with rows
-    in canonical (group, traj_id, step) order the numbering is deterministic and does not
-    depend on the order of rows in the file.
+    and the same anchor value. Codes are numbered in order of first appearance in canonical
+    (group_id, traj_id, step) order, so the numbering is deterministic and does not depend on
+    the order of rows in the file.
 
-    group: int64 [N] (non-decreasing in canonical order); anchors: N strings or integers
-    without nulls. Returns int64 [N].
+    group: int64 [N] episode-group code of each row; anchors: N strings or integers without
+    nulls; position: int64 [N] canonical position of each row (a permutation of 0..N-1; None
+    when the rows are in canonical order). Returns int64 [N].
 
     Method: sort a 64-bit key (the group in the high bits, a hash of the anchor below), so
     equal (group, anchor) rows become neighbours; then compare every member of a multi-row
@@ -164,9 +206,9 @@ def equal_key_codes(group: np.ndarray, anchors: Anchors) -> np.ndarray:
         same &= group[rows] == group[reps]
         if not same.all():
             codes = _split_collisions(codes, group, anchors, np.unique(codes[rows[~same]]))
-            return _renumber_by_first_appearance(codes)
-    # first row of each run: the smallest original position among its sorted members
-    return _rank_by_first_row(np.minimum.reduceat(order, run_start), codes)
+            return _renumber_by_first_appearance(codes, position)
+    # first row of each run: the smallest canonical position among its sorted members
+    return _rank_by_first_row(np.minimum.reduceat(order if position is None else position[order], run_start), codes)
 
 
 def _split_collisions(codes: np.ndarray, group: np.ndarray, anchors: Anchors, bad: np.ndarray) -> np.ndarray:
@@ -190,16 +232,18 @@ def _split_collisions(codes: np.ndarray, group: np.ndarray, anchors: Anchors, ba
     return codes
 
 
-def _renumber_by_first_appearance(codes: np.ndarray) -> np.ndarray:
-    """Renumber codes 0..K-1 in order of their first row."""
+def _renumber_by_first_appearance(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
+    """Renumber codes 0..K-1 in order of their first row (smallest `position`: a permutation
+    of 0..N-1, by default the row's own index)."""
     n = len(codes)
     first = np.full(int(codes.max()) + 1, n, dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64) if position is None else position)
     return _rank_by_first_row(first, codes)
 
 
 def _rank_by_first_row(first: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """New code of each row = rank of its code's first row among all first rows (O(N))."""
+    """New code of each row = rank of its code's first row among all first rows (O(N));
+    `first` holds distinct positions in 0..N-1 (N where a code is unused)."""
     n = len(codes)
     used = first < n
     mark = np.zeros(n, dtype=bool)
@@ -210,9 +254,10 @@ def _rank_by_first_row(first: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return new[codes]
 
 
-def first_appearance_codes(codes: np.ndarray) -> np.ndarray:
-    """Renumber arbitrary non-negative integer codes 0..K-1 in order of first appearance."""
-    return _renumber_by_first_appearance(np.asarray(codes, dtype=np.int64))
+def first_appearance_codes(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
+    """Renumber arbitrary non-negative integer codes 0..K-1 in order of first appearance
+    (by `position`, see `_renumber_by_first_appearance`)."""
+    return _renumber_by_first_appearance(np.asarray(codes, dtype=np.int64), position)
 
 
 def _exact_fraction(threshold: float) -> Fraction:
@@ -252,10 +297,12 @@ def cluster_anchors(texts: list[str], threshold: float) -> list[int]:
     return cluster
 
 
-def similarity_key_codes(group: np.ndarray, anchors: Anchors, threshold: float) -> np.ndarray:
+def similarity_key_codes(
+    group: np.ndarray, anchors: Anchors, threshold: float, position: np.ndarray | None = None
+) -> np.ndarray:
     """Like `equal_key_codes`, but anchors of an episode group whose similarity to a cluster's
     representative is ≥ threshold share that cluster (see `cluster_anchors`)."""
-    exact = equal_key_codes(group, anchors)
+    exact = equal_key_codes(group, anchors, position)
     k = int(exact.max()) + 1
     rep_row = np.empty(k, dtype=np.int64)
     rep_row[exact] = np.arange(len(exact), dtype=np.int64)
@@ -270,4 +317,4 @@ def similarity_key_codes(group: np.ndarray, anchors: Anchors, threshold: float) 
         clusters = cluster_anchors([key_text[m] for m in members], threshold)
         merged[members] = next_code + np.asarray(clusters, dtype=np.int64)
         next_code += max(clusters) + 1
-    return first_appearance_codes(merged[exact])
+    return first_appearance_codes(merged[exact], position)

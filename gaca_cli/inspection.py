@@ -624,7 +624,7 @@ def recompute(a: AnnotatedLog, method: str):
     (the defaults where it records none): the estimator's arrays, in canonical order."""
     from gaca_cli.advantages import compute_advantages
 
-    return compute_advantages(a.log, _config_for(a, method)).result
+    return compute_advantages(a.log, _config_for(a, method)).result_at(a.index.order)
 
 
 def method_advantages(a: AnnotatedLog, methods: Sequence[str]) -> dict[str, np.ndarray]:

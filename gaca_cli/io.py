@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,14 @@ class Log:
     file_row_ends: np.ndarray  # int64 [n_files], cumulative row count after each file
     metadata: dict[str, str] = field(default_factory=dict)  # the inputs' gaca.* key/value metadata
     renamed: dict[str, str] = field(default_factory=dict)  # canonical name -> name in the file
+    schema: pa.Schema | None = None  # every column of the files (canonical names), also those not read
+    plain_files: bool = False  # every input is a Parquet file (no directory, no partitions)
+    partial: bool = False  # only some columns were read
+
+    @property
+    def file_schema(self) -> pa.Schema:
+        """The columns of the files, including any that were not read into `table`."""
+        return self.table.schema if self.schema is None else self.schema
 
     @property
     def source(self) -> str:
@@ -67,12 +76,21 @@ def expand_inputs(paths: Sequence[str | os.PathLike]) -> list[tuple[str, bool]]:
     return resolved
 
 
-def _read_file(path: str, columns: Sequence[str] | None) -> pa.Table:
+def _is_plain_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _read_file(path: str, columns: Sequence[str] | None, dictionary: Sequence[str] = ()) -> pa.Table:
+    """One Parquet file, or the given columns of it (missing ones are skipped). Text columns
+    named in `dictionary` come back dictionary-encoded: pyarrow keeps the file's own
+    dictionary pages, so no string is copied (ids with few distinct values)."""
     try:
-        if columns is None:
+        if columns is None and not dictionary:
             return pq.read_table(path)
-        present = set(pq.read_schema(path).names)
-        return pq.read_table(path, columns=[c for c in columns if c in present])
+        schema = pq.read_schema(path)
+        names = schema.names if columns is None else [c for c in schema.names if c in set(columns)]
+        dict_cols = [c for c in dictionary if c in names and _is_plain_text(schema.field(c).type)]
+        return pq.read_table(path, columns=names, read_dictionary=dict_cols or None)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
 
@@ -109,23 +127,28 @@ def read_log(
     paths: Sequence[str | os.PathLike],
     column_map: Mapping[str, str] | None = None,
     columns: Sequence[str] | None = None,
+    dictionary: Sequence[str] = (),
 ) -> Log:
     """Read one or more Parquet files, globs or directories into one table.
 
     `column_map` maps canonical names to the names in the files (`--map NEW=OLD`).
-    `columns`, when given, limits reading to those canonical columns (missing ones are fine).
+    `columns`, when given, limits reading to those canonical columns (missing ones are fine);
+    `dictionary` (canonical names) reads those text columns of plain files dictionary-encoded
+    (see `_read_file`); values are the same either way, only the Arrow type differs.
     """
     column_map = dict(column_map or {})
-    file_columns = None
-    if columns is not None:
-        inverse = {new: old for new, old in column_map.items()}
-        file_columns = [inverse.get(c, c) for c in columns]
+
+    def in_file(names: Sequence[str]) -> list[str]:
+        return [column_map.get(c, c) for c in names]
+
+    file_columns = None if columns is None else in_file(columns)
     parts: list[tuple[str, pa.Table]] = []
-    for path, is_dir in expand_inputs(paths):
+    inputs = expand_inputs(paths)
+    for path, is_dir in inputs:
         if is_dir:
             parts.extend(_read_directory(path, file_columns))
         else:
-            parts.append((path, _read_file(path, file_columns)))
+            parts.append((path, _read_file(path, file_columns, in_file(dictionary))))
     files = tuple(p for p, _ in parts)
     try:
         table = pa.concat_tables([t for _, t in parts], promote_options="default")
@@ -135,10 +158,55 @@ def read_log(
     source = files[0] if len(files) == 1 else ", ".join(files)
     if table.num_rows == 0:
         raise GacaError("the log has no rows", file=source)
-    table, renamed = apply_column_map(table, column_map, source)
+    schema = None
+    if columns is None:
+        table, renamed = apply_column_map(table, column_map, source)
+    else:
+        # check --map against every column of the files, apply it to the columns read
+        schema, renamed = apply_column_map(_file_schema(inputs).empty_table(), column_map, source)
+        schema = schema.schema
+        table = table.rename_columns([_mapped_names([n], column_map)[0] for n in table.column_names])
     metadata = read_metadata(files[0])
     table = table.replace_schema_metadata(None)
-    return Log(table=table, files=files, file_row_ends=ends, metadata=metadata, renamed=renamed)
+    return Log(
+        table=table,
+        files=files,
+        file_row_ends=ends,
+        metadata=metadata,
+        renamed=renamed,
+        schema=schema,
+        plain_files=not any(is_dir for _, is_dir in inputs),
+        partial=columns is not None,
+    )
+
+
+def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
+    """Every column of the inputs (file names), from their footers; no data is read."""
+    schemas = []
+    for path, is_dir in inputs:
+        try:
+            if is_dir:
+                schema = ds.dataset(path, format="parquet", partitioning="hive", exclude_invalid_files=False).schema
+            else:
+                schema = pq.read_schema(path)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
+        schemas.append(schema.remove_metadata())
+    try:
+        return pa.unify_schemas(schemas, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=inputs[0][0]) from None
+
+
+def column_names(paths: Sequence[str | os.PathLike], column_map: Mapping[str, str] | None = None) -> list[str]:
+    """The canonical names of every column of the log (from the files' footers; no data read)."""
+    return _mapped_names(_file_schema(expand_inputs(paths)).names, column_map or {})
+
+
+def _mapped_names(names: Sequence[str], column_map: Mapping[str, str]) -> list[str]:
+    """The canonical names of the file columns `names` under `--map NEW=OLD`."""
+    inverse = {old: new for new, old in column_map.items()}
+    return [inverse.get(n, n) for n in names]
 
 
 def apply_column_map(table: pa.Table, column_map: Mapping[str, str], source: str) -> tuple[pa.Table, dict[str, str]]:
@@ -186,6 +254,24 @@ def json_metadata(key: str, value: Mapping) -> dict[str, str]:
     return {key: json.dumps(value, sort_keys=True, default=str)}
 
 
+@contextlib.contextmanager
+def atomic_path(out: str | os.PathLike) -> Iterator[str]:
+    """A temporary path in the directory of `out`; renamed to `out` when the block succeeds,
+    deleted when it fails, so `out` either keeps its old content or holds the complete file."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual mode
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def write_parquet_atomic(
     table: pa.Table,
     out: str | os.PathLike,
@@ -198,26 +284,22 @@ def write_parquet_atomic(
     Dictionary encoding is used only for `dictionary_columns` and columns that are already
     dictionary-typed: on high-cardinality text (prompts, observations) it costs most of the
     write time and saves nothing."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(table.schema.metadata or {})
     meta.update({k.encode(): v.encode() for k, v in metadata.items()})
     table = table.replace_schema_metadata(meta)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        dictionary = [
-            name
-            for name, col in zip(table.column_names, table.columns)
-            if name in dictionary_columns or pa.types.is_dictionary(col.type)
-        ]
-        # min/max statistics help readers skip row groups by id, step or number; on free
-        # text they cost write time and help nobody
-        statistics = [
-            name
-            for name, col in zip(table.column_names, table.columns)
-            if not (_is_texty(col.type) and name not in dictionary)
-        ]
+    dictionary = [
+        name
+        for name, col in zip(table.column_names, table.columns)
+        if name in dictionary_columns or pa.types.is_dictionary(col.type)
+    ]
+    # min/max statistics help readers skip row groups by id, step or number; on free
+    # text they cost write time and help nobody
+    statistics = [
+        name
+        for name, col in zip(table.column_names, table.columns)
+        if not (_is_texty(col.type) and name not in dictionary)
+    ]
+    with atomic_path(out) as tmp:
         pq.write_table(
             table,
             tmp,
@@ -225,12 +307,6 @@ def write_parquet_atomic(
             use_dictionary=dictionary or False,
             write_statistics=statistics or False,
         )
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual mode
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _is_texty(t: pa.DataType) -> bool:

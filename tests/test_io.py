@@ -388,12 +388,34 @@ def _failing_write(table, where, *args, **kwargs):
     raise SimulatedFailure("disk full")
 
 
-def test_write_failure_leaves_old_output(tmp_path, example_log, monkeypatch):
+def _failing_copy(src, dst, offset, length, dst_offset):
+    """Copy a few bytes of a column chunk into the output, then fail, as a full disk would."""
+    os.pwrite(dst, b"half a chunk", dst_offset)
+    raise SimulatedFailure("disk full")
+
+
+def _fail_during(how: str, monkeypatch) -> None:
+    """Make the next `gaca advantages` write fail midway: in the splice of the input's column
+    chunks, or (with splicing refused) in pyarrow's rewrite of the whole table."""
+    import gaca_cli.parquet_splice as splice
+
+    if how == "splice":
+        monkeypatch.setattr(splice, "_copy", _failing_copy)
+    else:
+        def refuse(*args, **kwargs):
+            raise splice.SpliceUnsupported("refused for the test")
+
+        monkeypatch.setattr(splice, "splice_columns", refuse)
+        monkeypatch.setattr(pq, "write_table", _failing_write)
+
+
+@pytest.mark.parametrize("how", ["splice", "rewrite"])
+def test_write_failure_leaves_old_output(tmp_path, example_log, monkeypatch, how):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     out = out_dir / "adv.parquet"
     out.write_bytes(PREVIOUS_OUTPUT)
-    monkeypatch.setattr(pq, "write_table", _failing_write)
+    _fail_during(how, monkeypatch)
     res = runner.invoke(app, ["advantages", str(example_log), "--method", "gaca", "-o", str(out)])
     assert res.exit_code != 0
     assert isinstance(res.exception, SimulatedFailure)  # a bug-class failure keeps its exception
@@ -401,12 +423,13 @@ def test_write_failure_leaves_old_output(tmp_path, example_log, monkeypatch):
     assert os.listdir(out_dir) == ["adv.parquet"]  # no temporary or partial file left
 
 
-def test_write_failure_creates_nothing(tmp_path, example_log, monkeypatch):
+@pytest.mark.parametrize("how", ["splice", "rewrite"])
+def test_write_failure_creates_nothing(tmp_path, example_log, monkeypatch, how):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    monkeypatch.setattr(pq, "write_table", _failing_write)
+    _fail_during(how, monkeypatch)
     res = runner.invoke(app, ["advantages", str(example_log), "--method", "grpo", "-o", str(out_dir / "adv.parquet")])
-    assert res.exit_code != 0
+    assert isinstance(res.exception, SimulatedFailure)
     assert os.listdir(out_dir) == []
 
 

@@ -84,14 +84,14 @@ def advantages(
         lambda_max=lambda_max,
     )
     out = output_path(logs, output, method)
-    from gaca_cli.advantages import compute_advantages
-    from gaca_cli.io import read_log, write_parquet_atomic
+    from gaca_cli.advantages import compute_advantages, read_for_advantages, write_annotated
     from gaca_cli.render import advantages_summary
 
+    mapping = column_map(column_maps)
     with user_errors():
-        log = read_log(logs, column_map(column_maps))
+        log = read_for_advantages(logs, mapping, config)
         run = compute_advantages(log, config)
-        write_parquet_atomic(run.table, out, run.metadata, dictionary_columns=run.dictionary_columns)
+        write_annotated(run, out, logs, mapping)
     summary = {"output": str(out), **run.summary}
     if as_json:
         print_json(summary)
