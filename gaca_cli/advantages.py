@@ -15,7 +15,7 @@ from gaca_cli import columns as C
 from gaca_cli.checks import StepIndex, anchor_column, prepare_log
 from gaca_cli.errors import GacaError
 from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
-from gaca_cli.grouping import Anchors, equal_key_codes, similarity_key_codes
+from gaca_cli.grouping import Anchors, first_appearance_codes, similarity_key_codes, step_group_codes
 from gaca_cli.io import Log, atomic_path, column_names, read_log, restore_column_names, write_parquet_atomic
 
 
@@ -103,17 +103,20 @@ def criticality(log: Log, index: StepIndex, config: AdvantagesConfig) -> tuple[n
     )
 
 
-def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> np.ndarray:
-    """Step-group id of every row in canonical order: dense, numbered by first appearance in
-    canonical (group_id, traj_id, step_idx) order, i.e. by episode group and then first step,
-    so it does not depend on the order of rows in the file."""
+def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Step groups of every row in index order: (codes for the maths, numbered so that each
+    episode group's codes stay together in memory; the step_group_id written out: dense,
+    numbered by first appearance in canonical (group_id, traj_id, step_idx) order, i.e. by
+    episode group and then first step, so it does not depend on the order of rows)."""
     name = anchor_column(log.table)
     assert name is not None  # checked by prepare_log
     anchors = Anchors(log.table.column(name), None if index.is_identity else index.order)
     position = index.canonical_position
     if config.anchor_similarity is None:
-        return equal_key_codes(index.group, anchors, position)
-    return similarity_key_codes(index.group, anchors, config.anchor_similarity, position)
+        codes = step_group_codes(index.group, anchors)
+        return codes, first_appearance_codes(codes, position)
+    codes = similarity_key_codes(index.group, anchors, config.anchor_similarity, position)
+    return codes, codes
 
 
 def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
@@ -124,10 +127,10 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     episode_reward = None
     if C.EPISODE_REWARD in log.table.column_names:
         episode_reward = _float_column(log, index, C.EPISODE_REWARD)[index.traj_start]
-    step_group = u = None
+    step_group = step_group_id = u = None
     u_source = None
     if config.method in ("gigpo", "gaca"):
-        step_group = step_groups(log, index, config)
+        step_group, step_group_id = step_groups(log, index, config)
     if config.method == "gaca":
         u, u_source = criticality(log, index, config)
     arrays = StepArrays(
@@ -147,8 +150,8 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
         C.ADV_EPISODE: pa.array(index.to_file_order(result.adv_episode)),
         C.ADV_STEP: pa.array(index.to_file_order(result.adv_step)),
     }
-    if step_group is not None and result.step_group_size is not None:
-        new_columns[C.STEP_GROUP_ID] = pa.array(index.to_file_order(step_group))
+    if step_group_id is not None and result.step_group_size is not None:
+        new_columns[C.STEP_GROUP_ID] = pa.array(index.to_file_order(step_group_id))
         new_columns[C.STEP_GROUP_SIZE] = pa.array(index.to_file_order(result.step_group_size))
     if result.nll_z is not None and result.gaca_weight is not None:
         new_columns[C.NLL_Z] = pa.array(index.to_file_order(result.nll_z))

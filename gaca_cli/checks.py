@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import columns as C
+from gaca_cli import kernels
 from gaca_cli.errors import GacaError
 from gaca_cli.grouping import dense_rank, id_codes, plain, take_rows
 from gaca_cli.io import Log
@@ -200,14 +201,75 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
 
 def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool = True) -> StepIndex | None:
     """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
-    trajectory; then the row index (canonical or file order, see StepIndex)."""
+    trajectory; then the row index (canonical or file order, see StepIndex). The rules run
+    as compiled passes (kernels.place_rows, kernels.trajectory_rules); a broken rule is then
+    located row by row with numpy, for the message."""
     table = log.table
-    n = table.num_rows
     traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
     group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))
     n_traj = len(traj_rank)
     step = plain(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
+    def by_id_and_step(rows: np.ndarray) -> np.ndarray:
+        """Offending rows sorted by (traj_id, step_idx), whatever the order of the file."""
+        return rows[np.lexsort((step[rows], traj_rank[traj_of_row[rows]]))]
+
+    ok, order, starts, lengths = kernels.place_rows(traj_of_row, step, n_traj)
+    if not ok:
+        _step_violations(log, out, traj_of_row, step, n_traj)
+        return None
+
+    empty = np.zeros(0)
+    er = done = empty
+    if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
+        er = plain(table.column(C.EPISODE_REWARD)).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    if C.DONE in table.column_names and C.DONE not in bad:
+        done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+    er_ok, done_ok, group_ok, traj_group = kernels.trajectory_rules(order, starts, lengths, group_of_row, er, done)
+    if not er_ok:
+        differs = er != er[order[starts]][traj_of_row]
+        out.violations.append(
+            _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(np.flatnonzero(differs)))
+        )
+    if not done_ok:
+        last = np.zeros(len(step), dtype=bool)
+        last[order[starts + lengths - 1]] = True
+        early = np.flatnonzero(done & ~last)
+        out.violations.append(
+            _violation(log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early))
+        )
+    if not group_ok:
+        mixed = group_of_row != traj_group[traj_of_row]
+        bad_traj = np.unique(traj_of_row[mixed])
+        rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
+        out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
+        return None
+
+    # canonical order of the trajectories: by sorted group_id, then sorted traj_id
+    by_canon = np.lexsort((traj_rank, group_rank[traj_group]))
+    canonical_start = np.empty(n_traj, dtype=np.int64)
+    canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
+    if not canonical:
+        traj = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
+        return StepIndex(order, traj, starts, lengths, traj_group, len(group_rank), canonical_start)
+    pos = canonical_start[traj_of_row] + step
+    order = np.empty(len(step), dtype=np.int64)
+    order[pos] = np.arange(len(step), dtype=np.int64)
+    lengths = lengths[by_canon]
+    return StepIndex(
+        order=order,
+        traj=np.repeat(np.arange(n_traj, dtype=np.int64), lengths),
+        traj_start=canonical_start[by_canon],
+        traj_len=lengths,
+        traj_group=group_rank[traj_group][by_canon],
+        n_groups=len(group_rank),
+        canonical_start=canonical_start[by_canon],
+    )
+
+
+def _step_violations(log: Log, out: Inspection, traj_of_row: np.ndarray, step: np.ndarray, n_traj: int) -> None:
+    """Report duplicate (traj_id, step_idx) rows and rows outside 0..T-1 (gaps)."""
+    n = len(step)
     lengths = np.bincount(traj_of_row, minlength=n_traj).astype(np.int64)
     starts = np.cumsum(lengths) - lengths
     in_range = (step >= 0) & (step < lengths[traj_of_row])
@@ -222,66 +284,6 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
         out.violations.append(
             _violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
         )
-    if duplicate.any() or len(gap_rows):
-        return None
-
-    def by_id_and_step(rows: np.ndarray) -> np.ndarray:
-        """Offending rows sorted by (traj_id, step_idx), whatever the order of the file."""
-        return rows[np.lexsort((step[rows], traj_rank[traj_of_row[rows]]))]
-
-    # rows ordered by (trajectory code, step_idx)
-    order = np.empty(n, dtype=np.int64)
-    order[pos] = np.arange(n, dtype=np.int64)
-    del pos, occupancy, duplicate, in_range
-    traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
-
-    if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
-        er = plain(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
-        differs = er != er[starts][traj_by_pos]
-        if differs.any():
-            out.violations.append(
-                _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs]))
-            )
-
-    if C.DONE in table.column_names and C.DONE not in bad:
-        done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
-        last = np.zeros(n, dtype=bool)
-        last[order[starts + lengths - 1]] = True
-        early = np.flatnonzero(done & ~last)
-        if len(early):
-            out.violations.append(
-                _violation(
-                    log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early)
-                )
-            )
-
-    traj_group = group_of_row[order[starts]]
-    mixed = group_of_row != traj_group[traj_of_row]
-    if mixed.any():
-        bad_traj = np.unique(traj_of_row[mixed])
-        rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
-        out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
-        return None
-
-    # canonical order of the trajectories: by sorted group_id, then sorted traj_id
-    by_canon = np.lexsort((traj_rank, group_rank[traj_group]))
-    canonical_start = np.empty(n_traj, dtype=np.int64)
-    canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
-    if not canonical:
-        return StepIndex(order, traj_by_pos, starts, lengths, traj_group, len(group_rank), canonical_start)
-    pos = canonical_start[traj_of_row] + step
-    order = np.empty(n, dtype=np.int64)
-    order[pos] = np.arange(n, dtype=np.int64)
-    lengths = lengths[by_canon]
-    return StepIndex(
-        order=order,
-        traj=np.repeat(np.arange(n_traj, dtype=np.int64), lengths),
-        traj_start=canonical_start[by_canon],
-        traj_len=lengths,
-        traj_group=group_rank[traj_group][by_canon],
-        n_groups=len(group_rank),
-        canonical_start=canonical_start[by_canon],
-    )
 
 
 def _needs_checks(log: Log, command: str, out: Inspection) -> None:

@@ -8,7 +8,8 @@ Precision. Group statistics use a shifted two-pass algorithm: values are shifted
 group minimum (exact for near-equal values, Sterbenz), the mean of the shifted values is
 taken, and the squared deviations are summed in a second pass. All sums within a group run
 over the values in ascending order, so the result depends only on the multiset of values:
-shuffling rows or renaming ids cannot change a single bit.
+shuffling rows or renaming ids cannot change a single bit. The passes over every row run as
+compiled loops (gaca_cli.kernels) doing exactly these operations in this order.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from gaca_cli import kernels
 
 class ConfigError(ValueError):
     """An invalid configuration value; `field` names the offending parameter."""
@@ -151,86 +154,12 @@ def discounted_returns(reward: np.ndarray, traj: np.ndarray, n_traj: int, gamma:
     """G_t = Σ_{k≥t} γ^{k−t} r_k within each trajectory (Eq. 5).
 
     Computed backwards as G_t = r_t + γ·G_{t+1} (G = r at the last step), the same
-    arithmetic as a plain loop, vectorised across trajectories: iteration k handles the
-    k-th-from-last step of every trajectory longer than k. reward: float64 [N] sorted by
+    arithmetic as a plain loop (kernels.discounted_returns). reward: float64 [N] sorted by
     (traj, step); traj: int64 [N] non-decreasing. Returns float64 [N].
     """
-    length = np.bincount(traj, minlength=n_traj)
-    last = np.cumsum(length) - 1
-    by_len = np.argsort(-length, kind="stable")
-    last_sorted = last[by_len]
-    len_sorted = length[by_len]
-    out = np.empty_like(reward)
-    out[last_sorted] = reward[last_sorted]
-    max_len = int(len_sorted[0]) if len(len_sorted) else 0
-    # number of trajectories longer than k, for every k
-    longer = np.searchsorted(-len_sorted, -np.arange(max_len), side="left")
-    for k in range(1, max_len):
-        idx = last_sorted[: longer[k]] - k
-        out[idx] = reward[idx] + gamma * out[idx + 1]
-    return out
-
-
-@dataclass(frozen=True)
-class _Moments:
-    """Per-group statistics, values visited group by group in a canonical order."""
-
-    order: np.ndarray  # int64 [M] positions of the values, grouped by code
-    codes: np.ndarray  # int64 [M] group of each visited value
-    count: np.ndarray  # int64 [K]
-    dev: np.ndarray  # float64 [M] value − group mean (precise, from shifted sums)
-    m2: np.ndarray  # float64 [K] Σ ((value − mean) / scale)^2
-    scale: np.ndarray  # float64 [K] 1, or the largest |value − mean| where squares overflow
-    constant: np.ndarray  # bool [K] all values of the group equal (max == min)
-
-    def std(self, ddof: int) -> np.ndarray:
-        """float64 [K] standard deviation with the given ddof (NaN for too-small groups)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.scale * np.sqrt(self.m2 / (self.count - ddof))
-
-
-def _order_by_code_then_value(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Positions sorted by (code, value): within a group the values ascend, so sums over a
-    group depend only on its multiset of values (ties are equal values, their order is moot).
-
-    Two unstable sorts instead of a lexsort: rank the values, then sort the unique integer
-    keys code·M + rank."""
-    m = len(values)
-    rank = np.empty(m, dtype=np.int64)
-    rank[np.argsort(values)] = np.arange(m, dtype=np.int64)
-    return np.argsort(codes.astype(np.int64) * m + rank)
-
-
-def _moments(values: np.ndarray, codes: np.ndarray, n_codes: int, canonical: bool = False) -> _Moments:
-    """Shifted two-pass moments per group. With canonical=True the values are already grouped
-    (codes non-decreasing) in an order that does not depend on row order or ids (e.g. the
-    steps of one trajectory); otherwise they are visited in ascending value order."""
-    order = np.arange(len(values), dtype=np.int64) if canonical else _order_by_code_then_value(codes, values)
-    xs = values[order]
-    cs = codes[order]
-    count = np.bincount(cs, minlength=n_codes)
-    start = (np.cumsum(count) - count)[count > 0]
-    lo = np.zeros(n_codes)
-    hi = np.zeros(n_codes)
-    if len(xs):
-        lo[count > 0] = np.minimum.reduceat(xs, start)
-        hi[count > 0] = np.maximum.reduceat(xs, start)
-    shifted = xs - lo[cs]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_shifted = np.bincount(cs, shifted, minlength=n_codes) / count
-    dev = shifted - mean_shifted[cs]
-    with np.errstate(over="ignore"):
-        m2 = np.bincount(cs, dev * dev, minlength=n_codes)
-    scale = np.ones(n_codes)
-    if not np.all(np.isfinite(m2)):
-        # squaring overflowed (|dev| beyond ~1e154): scale those groups by their largest |dev|
-        big = ~np.isfinite(m2)
-        peak = np.zeros(n_codes)
-        np.maximum.at(peak, cs, np.abs(dev))
-        scale[big] = peak[big]
-        ratio = dev / scale[cs]
-        m2[big] = np.bincount(cs, ratio * ratio, minlength=n_codes)[big]
-    return _Moments(order, cs, count, dev, m2, scale, (hi == lo) | (count == 0))
+    length = np.bincount(traj, minlength=n_traj).astype(np.int64)
+    start = np.cumsum(length) - length
+    return kernels.discounted_returns(np.ascontiguousarray(reward, dtype=np.float64), start, length, float(gamma))
 
 
 def normalize_in_groups(
@@ -240,19 +169,13 @@ def normalize_in_groups(
     x − mean. Groups of size 1 and groups whose values are all equal give 0.
 
     values: float64 [M]; codes: int64 [M] in 0..n_codes−1. Returns (float64 [M], number of
-    singleton groups, number of constant groups of size ≥ 2).
+    singleton groups, number of constant groups of size ≥ 2). Computed in one compiled pass
+    (kernels.normalize_in_groups).
     """
-    m = _moments(values, codes, n_codes)
-    out_sorted = m.dev.copy()
-    if normalize_by_std:
-        out_sorted = m.dev / (m.std(ddof=1)[m.codes] + EPS)
-    zero = (m.count <= 1) | m.constant
-    out_sorted[zero[m.codes]] = 0.0
-    out = np.empty_like(values)
-    out[m.order] = out_sorted
-    n_singleton = int(np.sum(m.count == 1))
-    n_constant = int(np.sum(m.constant & (m.count >= 2)))
-    return out, n_singleton, n_constant
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    out, n_singleton, n_constant = kernels.normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
+    return out, int(n_singleton), int(n_constant)
 
 
 def standardize_in_scopes(
@@ -263,18 +186,14 @@ def standardize_in_scopes(
     such values are left out of the statistics).
 
     values: float64 [N] (NaN allowed); codes: int64 [N]. Returns (float64 [N], number of
-    scopes with values whose std0 is below the floor). canonical: see `_moments`.
+    scopes with values whose std0 is below the floor). canonical: the values already come
+    scope by scope in an order independent of the file (the steps of each trajectory), else
+    they are visited in ascending value order. One compiled pass (kernels.standardize_in_scopes).
     """
-    z = np.zeros_like(values)
-    valid = np.flatnonzero(~np.isnan(values))
-    if len(valid) == 0:
-        return z, 0
-    m = _moments(values[valid], codes[valid], n_codes, canonical)
-    std0 = m.std(ddof=0)
-    flat = (m.count == 0) | ~(std0 >= Z_STD_FLOOR)
-    z_sorted = np.where(flat[m.codes], 0.0, m.dev / np.where(flat, 1.0, std0)[m.codes])
-    z[valid[m.order]] = z_sorted
-    return z, int(np.sum(flat & (m.count > 0)))
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, canonical, Z_STD_FLOOR)
+    return z, int(n_flat)
 
 
 def episode_returns(arrays: StepArrays) -> np.ndarray:
@@ -308,24 +227,9 @@ def step_advantage(
     assert codes is not None, "gigpo and gaca need step groups"
     n_codes = int(codes.max()) + 1
     size = np.bincount(codes, minlength=n_codes)
-    row_size = size[codes]
-    shared = np.flatnonzero(row_size > 1)
-    adv = np.zeros_like(returns_to_go)
-    n_shared, compact = _compact(codes[shared])
-    values, _, const = normalize_in_groups(returns_to_go[shared], compact, n_shared, normalize_by_std)
-    adv[shared] = values
-    diag = {"step_groups": n_codes, "step_singleton_groups": int(np.sum(size == 1)), "step_constant_groups": const}
-    return adv, row_size.astype(np.int64), diag
-
-
-def _compact(codes: np.ndarray) -> tuple[int, np.ndarray]:
-    """Renumber a subset of codes to 0..K'−1 (order kept); returns (K', new codes)."""
-    if len(codes) == 0:
-        return 0, np.zeros(0, np.int64)
-    present = np.zeros(int(codes.max()) + 1, dtype=bool)
-    present[codes] = True
-    remap = np.cumsum(present) - 1
-    return int(present.sum()), remap[codes].astype(np.int64)
+    adv, n_singleton, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
+    diag = {"step_groups": n_codes, "step_singleton_groups": n_singleton, "step_constant_groups": const}
+    return adv, size[codes].astype(np.int64), diag
 
 
 # --------------------------------------------------------------------------- estimators

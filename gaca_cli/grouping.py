@@ -1,7 +1,9 @@
 """Integer codes for ids and anchor states, and similarity clustering of anchors.
 
-Every code here is deterministic and independent of row order: ids are ranked in sorted
-order, and step groups are numbered by (episode group, first step in sorted order). Hashes are
+Partitions never depend on row order, and every code that is written out or shown is
+numbered independently of it too: ids are ranked in sorted order, and step groups are
+numbered by (episode group, first step in sorted order) (`first_appearance_codes`). Working
+codes (`id_codes`, `step_group_codes`) are numbered for memory locality instead. Hashes are
 only used to find equal keys quickly; every hash match is verified, so a collision can never
 merge two different anchors.
 """
@@ -18,6 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rapidfuzz import process
 from rapidfuzz.distance import Indel
+
+from gaca_cli import kernels
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -159,15 +163,10 @@ class Anchors:
         return take_rows(self.column, rows)
 
 
-def equal_key_codes(group: np.ndarray, anchors: Anchors, position: np.ndarray | None = None) -> np.ndarray:
-    """Step-group codes: two rows share a code exactly when they have the same episode group
-    and the same anchor value. Codes are numbered in order of first appearance in canonical
-    (group_id, traj_id, step) order, so the numbering is deterministic and does not depend on
-    the order of rows in the file.
-
-    group: int64 [N] episode-group code of each row; anchors: N strings or integers without
-    nulls; position: int64 [N] canonical position of each row (a permutation of 0..N-1; None
-    when the rows are in canonical order). Returns int64 [N].
+def step_group_codes(group: np.ndarray, anchors: Anchors) -> np.ndarray:
+    """Dense step-group codes (same episode group and same anchor ⇔ same code), numbered in
+    an order that keeps each episode group's codes together; use `first_appearance_codes` for
+    the numbering that is written out.
 
     Method: sort a 64-bit key (the group in the high bits, a hash of the anchor below), so
     equal (group, anchor) rows become neighbours; then compare every member of a multi-row
@@ -186,29 +185,15 @@ def equal_key_codes(group: np.ndarray, anchors: Anchors, position: np.ndarray | 
             key = h ^ (group.astype(np.uint64) * _MIX)
     del h
     order = pl.Series(key).arg_sort().to_numpy().astype(np.int64, copy=False)
-    ks = key[order]
-    del key
-    new_run = np.empty(n, dtype=bool)
-    new_run[0] = True
-    np.not_equal(ks[1:], ks[:-1], out=new_run[1:])
-    del ks
-    run_sorted = np.cumsum(new_run) - 1
-    run_start = np.flatnonzero(new_run)
-    run_size = np.diff(np.append(run_start, n))
-    codes = np.empty(n, dtype=np.int64)
-    codes[order] = run_sorted
+    codes, rows, reps = kernels.sorted_runs(key, order)
+    del key, order
     # exact verification of every multi-row run against its first row
-    multi = run_size[run_sorted] > 1
-    rows = order[multi]
-    reps = order[run_start[run_sorted[multi]]]
     if len(rows):
         same = anchors.equal_pairs(rows, reps)
         same &= group[rows] == group[reps]
         if not same.all():
             codes = _split_collisions(codes, group, anchors, np.unique(codes[rows[~same]]))
-            return _renumber_by_first_appearance(codes, position)
-    # first row of each run: the smallest canonical position among its sorted members
-    return _rank_by_first_row(np.minimum.reduceat(order if position is None else position[order], run_start), codes)
+    return codes
 
 
 def _split_collisions(codes: np.ndarray, group: np.ndarray, anchors: Anchors, bad: np.ndarray) -> np.ndarray:
@@ -232,32 +217,16 @@ def _split_collisions(codes: np.ndarray, group: np.ndarray, anchors: Anchors, ba
     return codes
 
 
-def _renumber_by_first_appearance(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
-    """Renumber codes 0..K-1 in order of their first row (smallest `position`: a permutation
-    of 0..N-1, by default the row's own index)."""
-    n = len(codes)
-    first = np.full(int(codes.max()) + 1, n, dtype=np.int64)
-    np.minimum.at(first, codes, np.arange(n, dtype=np.int64) if position is None else position)
-    return _rank_by_first_row(first, codes)
-
-
-def _rank_by_first_row(first: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """New code of each row = rank of its code's first row among all first rows (O(N));
-    `first` holds distinct positions in 0..N-1 (N where a code is unused)."""
-    n = len(codes)
-    used = first < n
-    mark = np.zeros(n, dtype=bool)
-    mark[first[used]] = True
-    rank = np.cumsum(mark) - 1
-    new = np.full(len(first), -1, dtype=np.int64)
-    new[used] = rank[first[used]]
-    return new[codes]
-
-
 def first_appearance_codes(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
-    """Renumber arbitrary non-negative integer codes 0..K-1 in order of first appearance
-    (by `position`, see `_renumber_by_first_appearance`)."""
-    return _renumber_by_first_appearance(np.asarray(codes, dtype=np.int64), position)
+    """Renumber non-negative integer codes 0..K-1 in order of first appearance: of the row
+    with the smallest `position` (a permutation of 0..N-1, by default the row's own index)."""
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    if len(codes) == 0:
+        return codes
+    if position is None:
+        position = np.arange(len(codes), dtype=np.int64)
+    position = np.ascontiguousarray(position, dtype=np.int64)
+    return kernels.renumber_by_first_position(codes, position, int(codes.max()) + 1)
 
 
 def _exact_fraction(threshold: float) -> Fraction:
@@ -300,9 +269,10 @@ def cluster_anchors(texts: list[str], threshold: float) -> list[int]:
 def similarity_key_codes(
     group: np.ndarray, anchors: Anchors, threshold: float, position: np.ndarray | None = None
 ) -> np.ndarray:
-    """Like `equal_key_codes`, but anchors of an episode group whose similarity to a cluster's
-    representative is ≥ threshold share that cluster (see `cluster_anchors`)."""
-    exact = equal_key_codes(group, anchors, position)
+    """Like `step_group_codes`, but anchors of an episode group whose similarity to a
+    cluster's representative is ≥ threshold share that cluster (see `cluster_anchors`); codes
+    numbered by first appearance in canonical order (`position`, see `first_appearance_codes`)."""
+    exact = step_group_codes(group, anchors)
     k = int(exact.max()) + 1
     rep_row = np.empty(k, dtype=np.int64)
     rep_row[exact] = np.arange(len(exact), dtype=np.int64)

@@ -95,9 +95,24 @@ def _read_file(path: str, columns: Sequence[str] | None, dictionary: Sequence[st
         raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
 
 
-def _read_directory(path: str, columns: Sequence[str] | None) -> list[tuple[str, pa.Table]]:
+def _dataset(path: str) -> ds.Dataset:
+    """A directory of Parquet files (hive partitions allowed) whose schema is every file's
+    columns together (pyarrow would take the first file's alone) plus the partition keys."""
     try:
         dataset = ds.dataset(path, format="parquet", partitioning="hive", exclude_invalid_files=False)
+        schemas = [dataset.schema] + [frag.physical_schema for frag in dataset.get_fragments()]
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
+    try:
+        schema = pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=path) from None
+    return ds.dataset(path, schema=schema, format="parquet", partitioning="hive", exclude_invalid_files=False)
+
+
+def _read_directory(path: str, columns: Sequence[str] | None) -> list[tuple[str, pa.Table]]:
+    dataset = _dataset(path)
+    try:
         cols = None if columns is None else [c for c in columns if c in dataset.schema.names]
         parts = [(frag.path, frag.to_table(schema=dataset.schema, columns=cols)) for frag in dataset.get_fragments()]
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
@@ -184,13 +199,13 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
     """Every column of the inputs (file names), from their footers; no data is read."""
     schemas = []
     for path, is_dir in inputs:
-        try:
-            if is_dir:
-                schema = ds.dataset(path, format="parquet", partitioning="hive", exclude_invalid_files=False).schema
-            else:
+        if is_dir:
+            schema = _dataset(path).schema
+        else:
+            try:
                 schema = pq.read_schema(path)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-            raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+                raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
         schemas.append(schema.remove_metadata())
     try:
         return pa.unify_schemas(schemas, promote_options="default")

@@ -1,0 +1,318 @@
+"""Compiled loops (numba) for the passes over every row that numpy would split into many
+full-array temporaries.
+
+Each kernel does the same floating-point operations, in the same order, as the plain numpy
+expression in its docstring, so results are bit for bit those of the numpy formulation
+(numba does not reorder float arithmetic unless asked to with fastmath, which is not used
+here; error_model="numpy" gives IEEE inf/NaN instead of ZeroDivisionError). The slow twins in tests/reference.py check the maths; tests/test_kernels.py checks
+each kernel against its numpy formulation. Kernels are compiled on first use and cached
+next to this file (or in numba's user cache when that is not writable).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_SMALL = 24  # groups up to this size are sorted by insertion (no allocation)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def discounted_returns(reward: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, gamma: float) -> np.ndarray:
+    """G_t = r_t + γ·G_{t+1} backwards within each trajectory, G = r at its last step.
+
+    reward: float64 [N], trajectories contiguous, steps ascending; traj_start, traj_len:
+    int64 [T]. Returns float64 [N]."""
+    out = np.empty_like(reward)
+    for t in range(len(traj_start)):
+        a = traj_start[t]
+        k = a + traj_len[t] - 1
+        g = reward[k]
+        out[k] = g
+        for i in range(k - 1, a - 1, -1):
+            g = reward[i] + gamma * g
+            out[i] = g
+    return out
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions grouped by code (groups in code order), ascending by value within a group;
+    and the size of each group. The same as np.lexsort((values, codes)) up to the order of
+    equal values, which is moot for sums. codes: int64 [M] in 0..n_codes−1; values: float64 [M]
+    without NaN. Returns (order int64 [M], count int64 [n_codes])."""
+    m = len(codes)
+    count = np.zeros(n_codes, dtype=np.int64)
+    for i in range(m):
+        count[codes[i]] += 1
+    fill = np.empty(n_codes, dtype=np.int64)
+    acc = 0
+    for c in range(n_codes):
+        fill[c] = acc
+        acc += count[c]
+    order = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        c = codes[i]
+        order[fill[c]] = i
+        fill[c] += 1
+    a = 0
+    for c in range(n_codes):
+        b = a + count[c]
+        if b - a > _SMALL:
+            seg = order[a:b].copy()
+            order[a:b] = seg[np.argsort(values[seg])]
+        else:
+            for i in range(a + 1, b):  # insertion sort by value
+                row = order[i]
+                v = values[row]
+                j = i - 1
+                while j >= a and values[order[j]] > v:
+                    order[j + 1] = order[j]
+                    j -= 1
+                order[j + 1] = row
+        a = b
+    return order, count
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def shifted_moments(
+    xs: np.ndarray, count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Shifted two-pass moments of consecutive groups of xs (group c holds count[c] values).
+
+    With cs the group of each value and lo/hi the group minimum/maximum, this is exactly
+        shifted = xs − lo[cs];  mean = bincount(cs, shifted) / count
+        dev = shifted − mean[cs];  m2 = bincount(cs, dev·dev)
+    and, for groups whose m2 overflowed, scale = max |dev| and m2 = Σ (dev / scale)².
+    Returns (dev float64 [M], m2, scale, lo, hi float64 [n_codes]); empty groups get 0."""
+    n_codes = len(count)
+    dev = np.empty_like(xs)
+    m2 = np.zeros(n_codes)
+    scale = np.ones(n_codes)
+    lo = np.zeros(n_codes)
+    hi = np.zeros(n_codes)
+    a = 0
+    for c in range(n_codes):
+        b = a + count[c]
+        if b > a:
+            low = xs[a]
+            high = xs[a]
+            for i in range(a + 1, b):
+                if xs[i] < low:
+                    low = xs[i]
+                if xs[i] > high:
+                    high = xs[i]
+            lo[c] = low
+            hi[c] = high
+            s = 0.0
+            for i in range(a, b):
+                s += xs[i] - low
+            mean = s / count[c]
+            q = 0.0
+            for i in range(a, b):
+                d = (xs[i] - low) - mean
+                dev[i] = d
+                q += d * d
+            if not np.isfinite(q):  # squares overflowed (|dev| beyond ~1e154)
+                peak = 0.0
+                for i in range(a, b):
+                    peak = np.maximum(peak, abs(dev[i]))  # NaN propagates, as in numpy
+                q = 0.0
+                for i in range(a, b):
+                    r = dev[i] / peak
+                    q += r * r
+                scale[c] = peak
+            m2[c] = q
+        a = b
+    return dev, m2, scale, lo, hi
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def normalize_in_groups(
+    values: np.ndarray, codes: np.ndarray, n_codes: int, normalize_by_std: bool, eps: float
+) -> tuple[np.ndarray, int, int]:
+    """norm(x) within each group, from `shifted_moments` over the values in `group_order`:
+        out = dev / (scale·sqrt(m2 / (count − 1)) + eps)   (normalize_by_std)
+        out = dev                                          (otherwise)
+    and 0 for groups of one value and groups whose values are all equal.
+    Returns (out float64 [M], number of singleton groups, number of constant groups ≥ 2)."""
+    order, count = group_order(codes, values, n_codes)
+    dev, m2, scale, lo, hi = shifted_moments(values[order], count)
+    out = np.empty_like(values)
+    n_singleton = 0
+    n_constant = 0
+    a = 0
+    for c in range(n_codes):
+        b = a + count[c]
+        constant = hi[c] == lo[c]
+        if count[c] == 1:
+            n_singleton += 1
+        elif count[c] >= 2 and constant:
+            n_constant += 1
+        if count[c] <= 1 or constant:
+            for i in range(a, b):
+                out[order[i]] = 0.0
+        elif normalize_by_std:
+            denom = scale[c] * np.sqrt(m2[c] / (count[c] - 1)) + eps
+            for i in range(a, b):
+                out[order[i]] = dev[i] / denom
+        else:
+            for i in range(a, b):
+                out[order[i]] = dev[i]
+        a = b
+    return out, n_singleton, n_constant
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def standardize_in_scopes(
+    values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool, floor: float
+) -> tuple[np.ndarray, int]:
+    """z = dev / std0 within each scope, std0 = scale·sqrt(m2 / count) (ddof = 0), from
+    `shifted_moments` over the non-NaN values; z = 0 where std0 < floor and where u is NaN.
+    in_order: the values already come scope by scope (codes non-decreasing) in an order that
+    does not depend on the file (steps of a trajectory); else they are visited in
+    `group_order`. Returns (z float64 [N], number of scopes with values whose std0 < floor)."""
+    n = len(values)
+    valid = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        if not np.isnan(values[i]):
+            valid[m] = i
+            m += 1
+    valid = valid[:m]
+    if in_order:
+        order = valid
+        count = np.zeros(n_codes, dtype=np.int64)
+        for i in range(m):
+            count[codes[valid[i]]] += 1
+    else:
+        sub, count = group_order(codes[valid], values[valid], n_codes)
+        order = valid[sub]
+    dev, m2, scale, lo, hi = shifted_moments(values[order], count)
+    z = np.zeros(n)
+    n_flat = 0
+    a = 0
+    for c in range(n_codes):
+        b = a + count[c]
+        if count[c] > 0:
+            std0 = scale[c] * np.sqrt(m2[c] / count[c])
+            if not (std0 >= floor):
+                n_flat += 1
+            else:
+                for i in range(a, b):
+                    z[order[i]] = dev[i] / std0
+        a = b
+    return z, n_flat
+
+
+@njit(cache=True, nogil=True)
+def sorted_runs(key: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Runs of equal keys in sorted order. order: int64 [N], positions sorted by key.
+    Returns (run int64 [N]: run number of each position, numbered in sorted order; rows and
+    reps int64 [P]: every member of a run of two or more but its first, with that first
+    member, the pairs whose anchors must be compared)."""
+    n = len(order)
+    run = np.empty(n, dtype=np.int64)
+    rows = np.empty(n, dtype=np.int64)
+    reps = np.empty(n, dtype=np.int64)
+    p = 0
+    r = -1
+    rep = -1
+    for i in range(n):
+        row = order[i]
+        if i == 0 or key[row] != key[order[i - 1]]:
+            r += 1
+            rep = row
+        else:
+            rows[p] = row
+            reps[p] = rep
+            p += 1
+        run[row] = r
+    return run, rows[:p], reps[:p]
+
+
+@njit(cache=True, nogil=True)
+def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes: int) -> np.ndarray:
+    """Codes renumbered 0..K'−1 in order of each code's smallest `position` (a permutation of
+    0..N−1): the numbering a reader sees walking the rows in that order. Unused codes are
+    skipped. codes: int64 [N] in 0..n_codes−1. Returns int64 [N]."""
+    n = len(codes)
+    first = np.full(n_codes, n, dtype=np.int64)
+    for i in range(n):
+        c = codes[i]
+        if position[i] < first[c]:
+            first[c] = position[i]
+    owner = np.full(n, -1, dtype=np.int64)  # position -> the code first seen there
+    for c in range(n_codes):
+        if first[c] < n:
+            owner[first[c]] = c
+    new = np.empty(n_codes, dtype=np.int64)
+    k = 0
+    for pos in range(n):
+        if owner[pos] >= 0:
+            new[owner[pos]] = k
+            k += 1
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        out[i] = new[codes[i]]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def place_rows(traj: np.ndarray, step: np.ndarray, n_traj: int) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ordered by (trajectory code, step): order[start[t] + s] = the row of step s of
+    trajectory t. ok is False as soon as a step is outside 0..len−1 or taken twice (then
+    `order` is incomplete and the caller reports the offending rows its own way).
+    Returns (ok, order int64 [N], start, length int64 [T])."""
+    n = len(traj)
+    length = np.zeros(n_traj, dtype=np.int64)
+    for i in range(n):
+        length[traj[i]] += 1
+    start = np.empty(n_traj, dtype=np.int64)
+    acc = 0
+    for t in range(n_traj):
+        start[t] = acc
+        acc += length[t]
+    order = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        t = traj[i]
+        s = step[i]
+        if s < 0 or s >= length[t]:
+            return False, order, start, length
+        p = start[t] + s
+        if order[p] >= 0:
+            return False, order, start, length
+        order[p] = i
+    return True, order, start, length
+
+
+@njit(cache=True, nogil=True)
+def trajectory_rules(
+    order: np.ndarray, start: np.ndarray, length: np.ndarray, group: np.ndarray,
+    episode_reward: np.ndarray, done: np.ndarray,
+) -> tuple[bool, bool, bool, np.ndarray]:
+    """The per-trajectory rules on rows in file order, visited through `order`: episode_reward
+    constant (skipped when empty), done only on the last step (skipped when empty), one group.
+    Returns (episode_reward ok, done ok, group ok, group of each trajectory int64 [T])."""
+    n_traj = len(start)
+    er_ok = True
+    done_ok = True
+    group_ok = True
+    traj_group = np.empty(n_traj, dtype=np.int64)
+    check_er = len(episode_reward) > 0
+    check_done = len(done) > 0
+    for t in range(n_traj):
+        a = start[t]
+        b = a + length[t]
+        first = order[a]
+        g = group[first]
+        traj_group[t] = g
+        for p in range(a, b):
+            row = order[p]
+            if group[row] != g:
+                group_ok = False
+            if check_er and episode_reward[row] != episode_reward[first]:
+                er_ok = False
+            if check_done and p < b - 1 and done[row]:
+                done_ok = False
+    return er_ok, done_ok, group_ok, traj_group
