@@ -40,9 +40,15 @@ def read_for_advantages(
     paths: Sequence[str | os.PathLike], column_map: Mapping[str, str], config: AdvantagesConfig
 ) -> Log:
     """The columns of the log that `config`'s method reads (`columns_read`), ids read
-    dictionary-encoded (cheap to rank)."""
+    dictionary-encoded (cheap to rank) and anchor text by polars (hashed and compared there)."""
     names = column_names(paths, column_map)
-    return read_log(paths, column_map, columns=columns_read(config, names), dictionary=(C.GROUP_ID, C.TRAJ_ID))
+    return read_log(
+        paths,
+        column_map,
+        columns=columns_read(config, names),
+        dictionary=(C.GROUP_ID, C.TRAJ_ID),
+        via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY),
+    )
 
 
 @dataclass(frozen=True)
@@ -240,7 +246,7 @@ def canonical_sum(values: np.ndarray, index: StepIndex) -> float:
     """Σ values over all rows, added in canonical order (per trajectory in step order, then
     the trajectories by sorted ids), so the result does not depend on the file's row order."""
     per_traj = np.add.reduceat(values, index.traj_start)
-    return float(np.sum(per_traj[np.argsort(index.canonical_start)]))
+    return float(np.sum(per_traj[index.canonical_traj_order]))
 
 
 def summarize(

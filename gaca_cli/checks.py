@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from gaca_cli import columns as C
 from gaca_cli import kernels
 from gaca_cli.errors import GacaError
-from gaca_cli.grouping import dense_rank, id_codes, plain, take_rows
+from gaca_cli.grouping import Anchors, dense_rank, id_codes, plain
 from gaca_cli.io import Log
 from gaca_cli.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
@@ -62,6 +62,11 @@ class StepIndex:  # noqa: PLR0902
     def step(self) -> np.ndarray:
         """int64 [N] step index of each sorted position (0..T-1 within its trajectory)."""
         return np.arange(self.n_rows, dtype=np.int64) - self.traj_start[self.traj]
+
+    @functools.cached_property
+    def canonical_traj_order(self) -> np.ndarray:
+        """int64 [T] the trajectories in canonical order."""
+        return np.argsort(self.canonical_start)
 
     @property
     def canonical_position(self) -> np.ndarray:
@@ -317,15 +322,11 @@ def _warnings(log: Log, index: StepIndex, bad: set[str]) -> dict[str, int]:
     warnings = {"singleton_groups": int(np.sum(traj_per_group == 1))}
     name = anchor_column(log.table)
     if name is not None and name not in bad:
-        anchor = log.table.column(name)  # chunked, file order: no copy of the text
-        if pa.types.is_dictionary(anchor.type):
-            anchor = anchor.cast(anchor.type.value_type)
-        if pa.types.is_string_view(anchor.type):
-            anchor = anchor.cast(pa.large_string())
-        if not pa.types.is_integer(anchor.type):
-            empty = pc.equal(pc.binary_length(anchor), 0)
-            warnings["empty_anchors"] = int(pc.sum(pc.cast(empty, pa.int64())).as_py() or 0)
-        first = take_rows(anchor, index.order[index.traj_start])
+        anchors = Anchors(log.table.column(name))  # file order; polars reads views without a copy
+        empty = anchors.empty_count()
+        if empty is not None:
+            warnings["empty_anchors"] = empty
+        first = anchors.take(index.order[index.traj_start])
         codes, _ = dense_rank(first)
         # groups whose trajectories do not all start from the same anchor
         lo = np.full(index.n_groups, np.iinfo(np.int64).max)

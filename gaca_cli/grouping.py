@@ -44,31 +44,6 @@ def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr
 
 
-def take_rows(column: pa.ChunkedArray | pa.Array, rows: np.ndarray) -> pa.Array:
-    """column[rows] as one plain array, taking from each chunk separately (pyarrow's take on a
-    chunked text column first concatenates every chunk, i.e. copies the whole column)."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if isinstance(column, pa.Array) or column.num_chunks == 1:
-        single = column if isinstance(column, pa.Array) else column.chunk(0)
-        return plain(single.take(pa.array(rows)))
-    lengths = np.array([len(c) for c in column.chunks], dtype=np.int64)
-    ends = np.cumsum(lengths)
-    chunk_of = np.searchsorted(ends, rows, side="right")
-    by_chunk = np.argsort(chunk_of, kind="stable")
-    bounds = np.searchsorted(chunk_of[by_chunk], np.arange(len(lengths) + 1))
-    pieces = []
-    for c in range(len(lengths)):
-        sel = rows[by_chunk[bounds[c] : bounds[c + 1]]]
-        if len(sel):
-            pieces.append(plain(column.chunk(c).take(pa.array(sel - (ends[c] - lengths[c])))))
-    if not pieces:
-        return plain(column.chunk(0).slice(0, 0))
-    gathered = pa.concat_arrays(pieces)
-    back = np.empty(len(rows), dtype=np.int64)
-    back[by_chunk] = np.arange(len(rows), dtype=np.int64)
-    return gathered.take(pa.array(back))
-
-
 def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Integer codes of the values of `arr`, numbered roughly by first appearance (cheap to
     compute, good memory locality), with each code's rank in sorted order.
@@ -160,7 +135,14 @@ class Anchors:
     def take(self, positions: np.ndarray) -> pa.Array:
         """The anchors at the given canonical positions, as one plain array."""
         rows = positions if self.order is None else self.order[positions]
-        return take_rows(self.column, rows)
+        return plain(self._series.gather(rows).to_arrow())
+
+    def empty_count(self) -> int | None:
+        """Rows whose anchor is the empty string (None for integer anchors)."""
+        series = self._series
+        if series.dtype != pl.String:
+            return None
+        return int((series.str.len_bytes() == 0).sum())
 
 
 def step_group_codes(group: np.ndarray, anchors: Anchors) -> np.ndarray:

@@ -80,19 +80,35 @@ def _is_plain_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def _read_file(path: str, columns: Sequence[str] | None, dictionary: Sequence[str] = ()) -> pa.Table:
-    """One Parquet file, or the given columns of it (missing ones are skipped). Text columns
-    named in `dictionary` come back dictionary-encoded: pyarrow keeps the file's own
-    dictionary pages, so no string is copied (ids with few distinct values)."""
+def _read_file(
+    path: str, columns: Sequence[str] | None, dictionary: Sequence[str] = (), via_polars: Sequence[str] = ()
+) -> pa.Table:
+    """One Parquet file, or the given columns of it (missing ones are skipped).
+
+    Text columns named in `dictionary` come back dictionary-encoded: pyarrow keeps the file's
+    own dictionary pages, so no string is copied (ids with few distinct values). Text columns
+    named in `via_polars` are decoded by polars' reader (faster on long text) and come back
+    as string views, which polars code reads without a copy; pyarrow has few kernels for
+    them, so only code that expects them should ask for this."""
     try:
-        if columns is None and not dictionary:
+        if columns is None and not dictionary and not via_polars:
             return pq.read_table(path)
         schema = pq.read_schema(path)
         names = schema.names if columns is None else [c for c in schema.names if c in set(columns)]
         dict_cols = [c for c in dictionary if c in names and _is_plain_text(schema.field(c).type)]
-        return pq.read_table(path, columns=names, read_dictionary=dict_cols or None)
+        pl_cols = [c for c in via_polars if c in names and c not in dict_cols and _is_plain_text(schema.field(c).type)]
+        table = pq.read_table(path, columns=[c for c in names if c not in pl_cols], read_dictionary=dict_cols or None)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
+    if pl_cols:
+        import polars as pl
+
+        frame = pl.read_parquet(path, columns=pl_cols, glob=False, hive_partitioning=False)
+        views = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+        for name in pl_cols:
+            table = table.append_column(name, views.column(name))
+        table = table.select(names)
+    return table
 
 
 def _dataset(path: str) -> ds.Dataset:
@@ -143,13 +159,14 @@ def read_log(
     column_map: Mapping[str, str] | None = None,
     columns: Sequence[str] | None = None,
     dictionary: Sequence[str] = (),
+    via_polars: Sequence[str] = (),
 ) -> Log:
     """Read one or more Parquet files, globs or directories into one table.
 
     `column_map` maps canonical names to the names in the files (`--map NEW=OLD`).
     `columns`, when given, limits reading to those canonical columns (missing ones are fine);
-    `dictionary` (canonical names) reads those text columns of plain files dictionary-encoded
-    (see `_read_file`); values are the same either way, only the Arrow type differs.
+    `dictionary` and `via_polars` (canonical names) choose faster readers for text columns of
+    plain files (see `_read_file`); values are the same either way, only the Arrow type differs.
     """
     column_map = dict(column_map or {})
 
@@ -163,7 +180,7 @@ def read_log(
         if is_dir:
             parts.extend(_read_directory(path, file_columns))
         else:
-            parts.append((path, _read_file(path, file_columns, in_file(dictionary))))
+            parts.append((path, _read_file(path, file_columns, in_file(dictionary), in_file(via_polars))))
     files = tuple(p for p, _ in parts)
     try:
         table = pa.concat_tables([t for _, t in parts], promote_options="default")

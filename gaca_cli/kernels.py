@@ -97,10 +97,10 @@ def shifted_moments(
         if b > a:
             low = xs[a]
             high = xs[a]
-            for i in range(a + 1, b):
-                if xs[i] < low:
+            for i in range(a + 1, b):  # as np.minimum/np.maximum: NaN wins, ties take the later
+                if not (low < xs[i] or np.isnan(low)):
                     low = xs[i]
-                if xs[i] > high:
+                if not (high > xs[i] or np.isnan(high)):
                     high = xs[i]
             lo[c] = low
             hi[c] = high
@@ -134,26 +134,44 @@ def normalize_in_groups(
     """norm(x) within each group, from `shifted_moments` over the values in `group_order`:
         out = dev / (scale·sqrt(m2 / (count − 1)) + eps)   (normalize_by_std)
         out = dev                                          (otherwise)
-    and 0 for groups of one value and groups whose values are all equal.
+    and 0 for groups of one value and groups whose values are all equal. Groups of one value
+    (most step groups) are set aside first and cost one pass.
     Returns (out float64 [M], number of singleton groups, number of constant groups ≥ 2)."""
-    order, count = group_order(codes, values, n_codes)
-    dev, m2, scale, lo, hi = shifted_moments(values[order], count)
-    out = np.empty_like(values)
+    m = len(values)
+    count = np.zeros(n_codes, dtype=np.int64)
+    for i in range(m):
+        count[codes[i]] += 1
+    shared = np.full(n_codes, -1, dtype=np.int64)  # code -> its number among groups of ≥ 2
     n_singleton = 0
-    n_constant = 0
-    a = 0
+    n_shared = 0
     for c in range(n_codes):
-        b = a + count[c]
-        constant = hi[c] == lo[c]
         if count[c] == 1:
             n_singleton += 1
-        elif count[c] >= 2 and constant:
+        elif count[c] >= 2:
+            shared[c] = n_shared
+            n_shared += 1
+    out = np.zeros(m)
+    rows = np.empty(m, dtype=np.int64)
+    k = 0
+    for i in range(m):
+        if shared[codes[i]] >= 0:
+            rows[k] = i
+            k += 1
+    rows = rows[:k]
+    sub_codes = np.empty(k, dtype=np.int64)
+    for j in range(k):
+        sub_codes[j] = shared[codes[rows[j]]]
+    sub, sub_count = group_order(sub_codes, values[rows], n_shared)
+    order = rows[sub]
+    dev, m2, scale, lo, hi = shifted_moments(values[order], sub_count)
+    n_constant = 0
+    a = 0
+    for c in range(n_shared):
+        b = a + sub_count[c]
+        if hi[c] == lo[c]:
             n_constant += 1
-        if count[c] <= 1 or constant:
-            for i in range(a, b):
-                out[order[i]] = 0.0
         elif normalize_by_std:
-            denom = scale[c] * np.sqrt(m2[c] / (count[c] - 1)) + eps
+            denom = scale[c] * np.sqrt(m2[c] / (sub_count[c] - 1)) + eps
             for i in range(a, b):
                 out[order[i]] = dev[i] / denom
         else:

@@ -1,0 +1,754 @@
+"""Every compiled loop in gaca_cli/kernels.py against its numpy twin, bit for bit.
+
+The twins below are the pure-numpy code that shipped before the kernels (git 314a8e2~1:
+gaca_cli/estimators.py `discounted_returns`, `_order_by_code_then_value`, `_moments`,
+`normalize_in_groups`, `standardize_in_scopes`; gaca_cli/grouping.py `equal_key_codes`,
+`_renumber_by_first_appearance`; gaca_cli/checks.py `_structure_checks`), ported here
+unchanged in their arithmetic, plus plain-Python loops where numpy has no direct form
+(group order, renumbering by first position). kernels.py promises the same floating-point
+operations in the same order, so float results are compared bit for bit: equal NaN
+positions and equal bits everywhere else (so -0.0 ≠ 0.0).
+
+Inputs are seeded random arrays of several shapes plus the edge cases (empty input, unused
+codes, singleton and constant groups, groups above the insertion-sort threshold, ties, values
+1e9 + k·1e-3, values ~1e300 whose squares overflow, ±inf/NaN), and Hypothesis for the
+moments, normalisation and standardisation (derandomized, no example database).
+
+Arrays are passed with the dtypes the library passes (float64, int64, uint64 keys, bool
+`done`), so the kernels' on-disk compile cache is reused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gaca_cli import kernels
+from gaca_cli.estimators import EPS, Z_STD_FLOOR
+
+HYPOTHESIS = settings(
+    max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+SEEDS = range(6)
+SIZES = (0, 1, 2, 7, 60, 400)
+
+
+def assert_bits(actual: np.ndarray, expected: np.ndarray, what: str = "") -> None:
+    """Same shape and dtype, NaN at the same positions, identical bits everywhere else."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, what
+    assert actual.dtype == expected.dtype == np.float64, what
+    nan_a, nan_e = np.isnan(actual), np.isnan(expected)
+    bad = np.flatnonzero(nan_a != nan_e)
+    assert len(bad) == 0, f"{what}: NaN differs at {bad[:5]}: {actual[bad[:5]]} vs {expected[bad[:5]]}"
+    keep = ~nan_a
+    differ = np.flatnonzero(actual[keep].view(np.int64) != expected[keep].view(np.int64))
+    if len(differ):
+        where = np.flatnonzero(keep)[differ[:5]]
+        raise AssertionError(f"{what}: bits differ at {where}: {actual[where]!r} vs {expected[where]!r}")
+
+
+# ------------------------------------------------------------------------------ the twins
+
+
+def twin_discounted_returns(reward: np.ndarray, traj: np.ndarray, n_traj: int, gamma: float) -> np.ndarray:
+    """Old estimators.discounted_returns: G_t = r_t + γ·G_{t+1}, vectorised across
+    trajectories (iteration k handles the k-th-from-last step of every longer trajectory)."""
+    length = np.bincount(traj, minlength=n_traj)
+    last = np.cumsum(length) - 1
+    by_len = np.argsort(-length, kind="stable")
+    last_sorted = last[by_len]
+    len_sorted = length[by_len]
+    out = np.empty_like(reward)
+    out[last_sorted] = reward[last_sorted]
+    max_len = int(len_sorted[0]) if len(len_sorted) else 0
+    longer = np.searchsorted(-len_sorted, -np.arange(max_len), side="left")
+    for k in range(1, max_len):
+        idx = last_sorted[: longer[k]] - k
+        out[idx] = reward[idx] + gamma * out[idx + 1]
+    return out
+
+
+def loop_discounted_returns(reward, traj_start, traj_len, gamma) -> np.ndarray:
+    """The plain loop: backwards within each trajectory."""
+    out = np.empty_like(reward)
+    for a, n in zip(traj_start.tolist(), traj_len.tolist()):
+        g = None
+        for i in range(a + n - 1, a - 1, -1):
+            g = reward[i] if g is None else reward[i] + gamma * g
+            out[i] = g
+    return out
+
+
+def twin_order_by_code_then_value(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Old estimators._order_by_code_then_value (ties in any order)."""
+    m = len(values)
+    rank = np.empty(m, dtype=np.int64)
+    rank[np.argsort(values)] = np.arange(m, dtype=np.int64)
+    return np.argsort(codes.astype(np.int64) * m + rank)
+
+
+def twin_shifted_moments(xs: np.ndarray, count: np.ndarray):
+    """Old estimators._moments after its ordering step (xs already grouped, group c holding
+    count[c] values): returns (dev, m2, scale, lo, hi) as the kernel does."""
+    n_codes = len(count)
+    cs = np.repeat(np.arange(n_codes, dtype=np.int64), count)
+    start = (np.cumsum(count) - count)[count > 0]
+    lo = np.zeros(n_codes)
+    hi = np.zeros(n_codes)
+    if len(xs):
+        lo[count > 0] = np.minimum.reduceat(xs, start)
+        hi[count > 0] = np.maximum.reduceat(xs, start)
+    with np.errstate(invalid="ignore", over="ignore"):
+        shifted = xs - lo[cs]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_shifted = np.bincount(cs, shifted, minlength=n_codes) / count
+    with np.errstate(invalid="ignore", over="ignore"):
+        dev = shifted - mean_shifted[cs]
+        m2 = np.bincount(cs, dev * dev, minlength=n_codes)
+    m2 = m2.astype(np.float64, copy=False)  # bincount of no values is int64 (harmless in the old code)
+    scale = np.ones(n_codes)
+    if not np.all(np.isfinite(m2)):
+        big = ~np.isfinite(m2)
+        peak = np.zeros(n_codes)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            np.maximum.at(peak, cs, np.abs(dev))
+            scale[big] = peak[big]
+            ratio = dev / scale[cs]
+            m2[big] = np.bincount(cs, ratio * ratio, minlength=n_codes)[big]
+    return dev, m2, scale, lo, hi
+
+
+def _std(scale, m2, count, ddof):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return scale * np.sqrt(m2 / (count - ddof))
+
+
+def twin_normalize_in_groups(values, codes, n_codes, normalize_by_std, eps):
+    """Old estimators.normalize_in_groups (with _moments inlined)."""
+    order = twin_order_by_code_then_value(codes, values)
+    cs = codes[order]
+    count = np.bincount(cs, minlength=n_codes)
+    dev, m2, scale, lo, hi = twin_shifted_moments(values[order], count)
+    constant = (hi == lo) | (count == 0)
+    out_sorted = dev.copy()
+    if normalize_by_std:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            out_sorted = dev / (_std(scale, m2, count, 1)[cs] + eps)
+    zero = (count <= 1) | constant
+    out_sorted[zero[cs]] = 0.0
+    out = np.empty_like(values)
+    out[order] = out_sorted
+    return out, int(np.sum(count == 1)), int(np.sum(constant & (count >= 2)))
+
+
+def twin_standardize_in_scopes(values, codes, n_codes, in_order, floor):
+    """Old estimators.standardize_in_scopes (canonical = in_order)."""
+    z = np.zeros_like(values)
+    valid = np.flatnonzero(~np.isnan(values))
+    if len(valid) == 0:
+        return z, 0
+    v, c = values[valid], codes[valid]
+    order = np.arange(len(v), dtype=np.int64) if in_order else twin_order_by_code_then_value(c, v)
+    cs = c[order]
+    count = np.bincount(cs, minlength=n_codes)
+    dev, m2, scale, lo, hi = twin_shifted_moments(v[order], count)
+    std0 = _std(scale, m2, count, 0)
+    flat = (count == 0) | ~(std0 >= floor)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        z_sorted = np.where(flat[cs], 0.0, dev / np.where(flat, 1.0, std0)[cs])
+    z[valid[order]] = z_sorted
+    return z, int(np.sum(flat & (count > 0)))
+
+
+def twin_sorted_runs(key: np.ndarray, order: np.ndarray):
+    """Old grouping.equal_key_codes, its run step: (run of each position, and the members of
+    multi-member runs with their run's first sorted member). The old code also paired each
+    run's first member with itself (a trivially true comparison); the kernel leaves those
+    pairs out, so they are dropped here."""
+    n = len(order)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    ks = key[order]
+    new_run = np.empty(n, dtype=bool)
+    new_run[0] = True
+    np.not_equal(ks[1:], ks[:-1], out=new_run[1:])
+    run_sorted = np.cumsum(new_run) - 1
+    run_start = np.flatnonzero(new_run)
+    run_size = np.diff(np.append(run_start, n))
+    codes = np.empty(n, dtype=np.int64)
+    codes[order] = run_sorted
+    multi = run_size[run_sorted] > 1
+    rows = order[multi]
+    reps = order[run_start[run_sorted[multi]]]
+    not_self = rows != reps
+    return codes, rows[not_self], reps[not_self]
+
+
+def loop_renumber(codes, position, n_codes) -> np.ndarray:
+    """Walk the rows by ascending position; a code gets the next number when first seen."""
+    row_at = {int(p): i for i, p in enumerate(position.tolist())}
+    new: dict[int, int] = {}
+    for pos in range(len(codes)):
+        c = int(codes[row_at[pos]])
+        if c not in new:
+            new[c] = len(new)
+    return np.array([new[int(c)] for c in codes.tolist()], dtype=np.int64)
+
+
+def twin_renumber(codes, position, n_codes) -> np.ndarray:
+    """Old grouping._renumber_by_first_appearance + _rank_by_first_row."""
+    n = len(codes)
+    first = np.full(n_codes, n, dtype=np.int64)
+    np.minimum.at(first, codes, position)
+    used = first < n
+    mark = np.zeros(n, dtype=bool)
+    mark[first[used]] = True
+    rank = np.cumsum(mark) - 1
+    new = np.full(n_codes, -1, dtype=np.int64)
+    new[used] = rank[first[used]]
+    return new[codes]
+
+
+def twin_place_rows(traj, step, n_traj):
+    """Old checks._structure_checks, its placement step: (ok, order, starts, lengths)."""
+    n = len(step)
+    lengths = np.bincount(traj, minlength=n_traj).astype(np.int64)
+    starts = np.cumsum(lengths) - lengths
+    in_range = (step >= 0) & (step < lengths[traj])
+    pos = starts[traj] + np.where(in_range, step, 0)
+    occupancy = np.bincount(pos[in_range], minlength=n)
+    duplicate = in_range & (occupancy[pos] > 1)
+    if duplicate.any() or not in_range.all():
+        return False, None, starts, lengths
+    order = np.empty(n, dtype=np.int64)
+    order[pos] = np.arange(n, dtype=np.int64)
+    return True, order, starts, lengths
+
+
+def twin_trajectory_rules(order, starts, lengths, group, episode_reward, done):
+    """Old checks._structure_checks, its per-trajectory rules."""
+    n_traj = len(starts)
+    traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
+    er_ok = done_ok = True
+    if len(episode_reward):
+        er = episode_reward[order]
+        er_ok = not (er != er[starts][traj_by_pos]).any()
+    if len(done):
+        last = np.zeros(len(order), dtype=bool)
+        last[order[starts + lengths - 1]] = True
+        done_ok = not (done.astype(bool) & ~last).any()
+    traj_group = group[order[starts]]
+    traj_of_row = np.empty(len(order), dtype=np.int64)
+    traj_of_row[order] = traj_by_pos
+    group_ok = not (group != traj_group[traj_of_row]).any()
+    return er_ok, done_ok, group_ok, traj_group
+
+
+# ------------------------------------------------------------------------------ inputs
+
+KINDS = ("normal", "ties", "near_1e9", "huge", "signed_zero", "mixed_scale")
+
+
+def random_values(rng: np.random.Generator, m: int, kind: str) -> np.ndarray:
+    if kind == "normal":
+        return rng.normal(size=m)
+    if kind == "ties":
+        return rng.integers(-2, 3, size=m).astype(np.float64) * 0.5
+    if kind == "near_1e9":  # shifted sums keep the 1e-3 steps exact
+        return 1e9 + rng.integers(0, 20, size=m) * 1e-3
+    if kind == "huge":  # squares overflow: the scale branch
+        return rng.choice([-1.0, 1.0], size=m) * rng.uniform(1e299, 1e301, size=m)
+    if kind == "signed_zero":
+        return rng.choice([0.0, -0.0, 1.0, -1.0], size=m)
+    return rng.normal(size=m) * 10.0 ** rng.integers(-8, 9, size=m)
+
+
+def random_codes(rng: np.random.Generator, m: int, n_codes: int) -> np.ndarray:
+    """Codes in 0..n_codes−1 with uneven group sizes (some large, some empty)."""
+    if m == 0 or n_codes == 0:
+        return np.zeros(m, dtype=np.int64)
+    weights = rng.exponential(size=n_codes) ** 2
+    weights[rng.random(n_codes) < 0.2] = 0.0  # unused codes
+    if weights.sum() == 0:
+        weights[0] = 1.0
+    return rng.choice(n_codes, size=m, p=weights / weights.sum()).astype(np.int64)
+
+
+def grouped_cases():
+    """(seed, m, n_codes, kind): several shapes, few codes (large groups) and many."""
+    for seed in SEEDS:
+        for m in SIZES:
+            n_codes = [1, 3, 40][seed % 3] if m else [0, 1, 5][seed % 3]
+            yield seed, m, n_codes, KINDS[seed % len(KINDS)]
+    for kind in KINDS:
+        yield 100, 300, 4, kind  # groups far above kernels._SMALL
+
+
+GROUPED = list(grouped_cases())
+
+
+def make_grouped(seed, m, n_codes, kind):
+    rng = np.random.default_rng(seed * 1000 + m)
+    codes = random_codes(rng, m, max(n_codes, 1)) if n_codes else np.zeros(0, dtype=np.int64)
+    return random_values(rng, m, kind), codes
+
+
+# ------------------------------------------------------------------------------ discounted_returns
+
+
+def trajectories(rng: np.random.Generator, n_traj: int, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(traj code of each row, start, length) for contiguous trajectories of ≥ 1 step."""
+    length = rng.integers(1, max_len + 1, size=n_traj).astype(np.int64)
+    start = np.cumsum(length) - length
+    traj = np.repeat(np.arange(n_traj, dtype=np.int64), length)
+    return traj, start, length
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 0.95, 1.0])
+@pytest.mark.parametrize("seed,n_traj,max_len", [(0, 0, 1), (1, 1, 1), (2, 5, 1), (3, 1, 50), (4, 30, 8), (5, 200, 40)])
+def test_discounted_returns_matches_numpy(seed, n_traj, max_len, gamma):
+    rng = np.random.default_rng(seed)
+    traj, start, length = trajectories(rng, n_traj, max_len)
+    for kind in KINDS:
+        reward = random_values(rng, len(traj), kind)
+        got = kernels.discounted_returns(reward, start, length, gamma)
+        assert_bits(got, twin_discounted_returns(reward, traj, n_traj, gamma), f"{kind} vs numpy")
+        assert_bits(got, loop_discounted_returns(reward, start, length, gamma), f"{kind} vs loop")
+
+
+def test_discounted_returns_edges():
+    """γ = 0 gives the rewards; γ = 1 the suffix sums; one-step trajectories their reward;
+    an overflowing suffix sum gives inf exactly as numpy does."""
+    reward = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    start, length = np.array([0, 3, 4], dtype=np.int64), np.array([3, 1, 1], dtype=np.int64)
+    assert_bits(kernels.discounted_returns(reward, start, length, 0.0), reward)
+    assert_bits(kernels.discounted_returns(reward, start, length, 1.0), np.array([6.0, 5.0, 3.0, 4.0, 5.0]))
+    huge = np.array([1e308, 1e308, 1e308])
+    one = np.array([0], dtype=np.int64)
+    got = kernels.discounted_returns(huge, one, np.array([3], dtype=np.int64), 1.0)
+    with np.errstate(over="ignore"):
+        assert_bits(got, twin_discounted_returns(huge, np.zeros(3, dtype=np.int64), 1, 1.0))
+    assert got.tolist() == [np.inf, np.inf, 1e308]
+
+
+# ------------------------------------------------------------------------------ group_order
+
+
+def check_group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> None:
+    order, count = kernels.group_order(codes, values, n_codes)
+    m = len(codes)
+    assert order.dtype == count.dtype == np.int64
+    np.testing.assert_array_equal(np.sort(order), np.arange(m))  # a permutation
+    np.testing.assert_array_equal(count, np.bincount(codes, minlength=n_codes))
+    assert np.all(np.diff(codes[order]) >= 0)  # grouped, groups in code order
+    vs, cs = values[order], codes[order]
+    same_group = cs[1:] == cs[:-1]
+    assert np.all(vs[1:][same_group] >= vs[:-1][same_group])  # ascending within a group
+    bounds = np.cumsum(count)
+    for c in range(n_codes):  # each group holds exactly the positions with that code
+        np.testing.assert_array_equal(np.sort(order[bounds[c] - count[c] : bounds[c]]), np.flatnonzero(codes == c))
+    # the same visit as np.lexsort / the old two-sort order, up to the order of equal values
+    twin = twin_order_by_code_then_value(codes, values)
+    np.testing.assert_array_equal(cs, codes[twin])
+    assert np.all(vs == values[twin])
+    np.testing.assert_array_equal(codes[np.lexsort((values, codes))], cs)
+
+
+@pytest.mark.parametrize("seed,m,n_codes,kind", GROUPED)
+def test_group_order(seed, m, n_codes, kind):
+    values, codes = make_grouped(seed, m, n_codes, kind)
+    check_group_order(codes, values, n_codes)
+
+
+def test_group_order_threshold_and_ties():
+    """Group sizes around kernels._SMALL (insertion sort vs argsort), all-tie groups,
+    already sorted and reversed groups, and n_codes beyond the codes used."""
+    rng = np.random.default_rng(7)
+    sizes = [0, 1, 2, kernels._SMALL - 1, kernels._SMALL, kernels._SMALL + 1, 3 * kernels._SMALL, 0, 5]
+    codes = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+    for values in (
+        rng.integers(0, 3, size=len(codes)).astype(np.float64),  # many ties
+        np.full(len(codes), 2.5),  # every group constant
+        np.arange(len(codes), dtype=np.float64),  # already ascending
+        -np.arange(len(codes), dtype=np.float64),  # descending
+        rng.normal(size=len(codes)),
+    ):
+        perm = rng.permutation(len(codes))
+        check_group_order(codes[perm], values[perm], len(sizes) + 3)
+    order, count = kernels.group_order(np.zeros(0, dtype=np.int64), np.zeros(0), 4)
+    assert len(order) == 0 and count.tolist() == [0, 0, 0, 0]
+
+
+# ------------------------------------------------------------------------------ shifted_moments
+
+
+def check_moments(xs: np.ndarray, count: np.ndarray, compare_lo_hi: bool = True) -> None:
+    with np.errstate(all="ignore"):
+        got = kernels.shifted_moments(xs, count)
+    expected = twin_shifted_moments(xs, count)
+    names = ("dev", "m2", "scale", "lo", "hi") if compare_lo_hi else ("dev", "m2", "scale")
+    for name, a, e in zip(("dev", "m2", "scale", "lo", "hi"), got, expected):
+        if name in names:
+            assert_bits(a, e, name)
+
+
+@pytest.mark.parametrize("seed,m,n_codes,kind", GROUPED)
+def test_shifted_moments(seed, m, n_codes, kind):
+    """Values in the order normalize_in_groups visits them (grouped, ascending)."""
+    values, codes = make_grouped(seed, m, n_codes, kind)
+    order, count = kernels.group_order(codes, values, n_codes)
+    check_moments(values[order], count)
+    # and in file order within groups (standardize's in_order visit)
+    by_code = np.argsort(codes, kind="stable")
+    check_moments(values[by_code], count)
+
+
+def test_shifted_moments_edges():
+    count = np.array([0, 1, 3, 0, 2, 4], dtype=np.int64)
+    xs = np.array([5.0, 1.0, 1.0, 1.0, 1e300, -1e300, 1e9 + 1e-3, 1e9, 1e9 + 2e-3, 1e9 + 1e-3])
+    check_moments(xs, count)
+    dev, m2, scale, lo, hi = kernels.shifted_moments(xs, count)
+    assert m2[0] == m2[3] == lo[0] == hi[3] == 0.0 and scale[0] == scale[3] == 1.0  # empty groups
+    assert m2[1] == 0.0 and m2[2] == 0.0  # singleton and constant groups
+    assert scale[4] == 1e300 and m2[4] == 2.0  # the scale branch
+    check_moments(np.zeros(0), np.zeros(3, dtype=np.int64))
+    check_moments(np.zeros(0), np.zeros(0, dtype=np.int64))
+
+
+@pytest.mark.parametrize(
+    "xs",
+    [
+        [1.0, 2.0, np.inf],
+        [-np.inf, 1.0, 2.0],
+        [-np.inf, np.inf],
+        [np.inf, np.inf],
+        [1.7e308, -1.7e308, 0.0],  # shifted values overflow to inf
+        [1.0, np.inf, 2.0, -np.inf],
+    ],
+)
+def test_shifted_moments_infinities(xs):
+    """±inf inside a group: no exception, the same inf/NaN pattern as numpy, lo/hi included."""
+    xs = np.array(xs + [3.0, 4.0])
+    check_moments(xs, np.array([len(xs) - 2, 2], dtype=np.int64))
+
+
+@pytest.mark.parametrize("xs", [[np.nan, 1.0, 2.0], [1.0, 2.0, np.nan], [1.0, np.nan, 1.0], [np.nan], [np.nan, np.inf]])
+def test_shifted_moments_nan_dev_m2_scale(xs):
+    """NaN inside a group: no exception; dev, m2 and scale have numpy's NaN pattern (the whole
+    group NaN, the next group untouched)."""
+    xs = np.array(xs + [3.0, 4.0])
+    check_moments(xs, np.array([len(xs) - 2, 2], dtype=np.int64), compare_lo_hi=False)
+
+
+@pytest.mark.parametrize("xs", [[1.0, 2.0, np.nan], [1.0, np.nan, 1.0]])
+def test_shifted_moments_nan_lo_hi(xs):
+    """lo/hi of a group holding NaN after its first value: numpy gives NaN."""
+    xs = np.array(xs + [3.0, 4.0])
+    check_moments(xs, np.array([len(xs) - 2, 2], dtype=np.int64))
+
+
+# ------------------------------------------------------------------------------ normalize_in_groups
+
+
+def check_normalize(values, codes, n_codes, normalize_by_std):
+    got = kernels.normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
+    expected = twin_normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
+    assert_bits(got[0], expected[0], "out")
+    assert (int(got[1]), int(got[2])) == expected[1:], "singleton / constant counts"
+
+
+@pytest.mark.parametrize("normalize_by_std", [True, False])
+@pytest.mark.parametrize("seed,m,n_codes,kind", GROUPED)
+def test_normalize_in_groups(seed, m, n_codes, kind, normalize_by_std):
+    values, codes = make_grouped(seed, m, n_codes, kind)
+    check_normalize(values, codes, n_codes, normalize_by_std)
+
+
+@pytest.mark.parametrize("normalize_by_std", [True, False])
+def test_normalize_in_groups_edges(normalize_by_std):
+    """Singleton, constant, empty (n_codes beyond the codes used), precision, overflow and
+    infinite groups; one group above the insertion-sort threshold."""
+    groups = [
+        [3.0],  # singleton
+        [2.0, 2.0, 2.0],  # constant
+        [1e9 + 1e-3, 1e9, 1e9 + 3e-3, 1e9 + 1e-3],  # precision
+        [1e300, -1e300, 5e299],  # squares overflow
+        [1.0, 2.0, np.inf],
+        [-0.0, 0.0, 1.0],
+        list(np.linspace(-1.0, 1.0, kernels._SMALL + 5)),
+    ]
+    values = np.array([v for g in groups for v in g])
+    codes = np.repeat(np.arange(len(groups), dtype=np.int64) * 2, [len(g) for g in groups])  # odd codes unused
+    perm = np.random.default_rng(3).permutation(len(values))
+    with np.errstate(all="ignore"):
+        check_normalize(values[perm], codes[perm], 2 * len(groups) + 1, normalize_by_std)
+    out, n_singleton, n_constant = kernels.normalize_in_groups(values, codes, 2 * len(groups) + 1, normalize_by_std, EPS)
+    assert (n_singleton, n_constant) == (1, 1)
+    assert np.all(out[:4] == 0.0)
+    check_normalize(np.zeros(0), np.zeros(0, dtype=np.int64), 0, normalize_by_std)
+    check_normalize(np.zeros(0), np.zeros(0, dtype=np.int64), 3, normalize_by_std)
+
+
+@pytest.mark.parametrize("normalize_by_std", [True, False])
+def test_normalize_in_groups_nan(normalize_by_std):
+    values = np.array([1.0, 1.0, np.nan, 3.0, 4.0])
+    codes = np.array([0, 0, 0, 1, 1], dtype=np.int64)
+    with np.errstate(all="ignore"):
+        check_normalize(values, codes, 2, normalize_by_std)
+
+
+# ------------------------------------------------------------------------------ standardize_in_scopes
+
+
+def check_standardize(values, codes, n_codes, in_order):
+    got = kernels.standardize_in_scopes(values, codes, n_codes, in_order, Z_STD_FLOOR)
+    expected = twin_standardize_in_scopes(values, codes, n_codes, in_order, Z_STD_FLOOR)
+    assert_bits(got[0], expected[0], "z")
+    assert int(got[1]) == expected[1], "flat scopes"
+
+
+@pytest.mark.parametrize("in_order", [False, True])
+@pytest.mark.parametrize("seed,m,n_codes,kind", GROUPED)
+def test_standardize_in_scopes(seed, m, n_codes, kind, in_order):
+    values, codes = make_grouped(seed, m, n_codes, kind)
+    rng = np.random.default_rng(seed)
+    values[rng.random(m) < 0.2] = np.nan  # no action tokens: left out
+    if in_order:
+        codes = np.sort(codes)
+    check_standardize(values, codes, n_codes, in_order)
+
+
+@pytest.mark.parametrize("in_order", [False, True])
+def test_standardize_in_scopes_edges(in_order):
+    """All NaN; NaN-only scope; one value; constant (flat); tiny spread below the floor;
+    precision; overflow; unused scope codes."""
+    scopes = [
+        [np.nan, np.nan],
+        [4.0, np.nan],
+        [1.0, 1.0, 1.0],
+        [1.0, 1.0 + 1e-12, 1.0],  # std0 below the floor
+        [1e9 + 1e-3, np.nan, 1e9, 1e9 + 2e-3],
+        [1e300, -1e300, 3e299],
+        list(np.linspace(0.0, 3.0, kernels._SMALL + 3)),
+    ]
+    values = np.array([v for s in scopes for v in s])
+    codes = np.repeat(np.arange(len(scopes), dtype=np.int64), [len(s) for s in scopes])
+    if not in_order:
+        perm = np.random.default_rng(5).permutation(len(values))
+        values, codes = values[perm], codes[perm]
+    check_standardize(values, codes, len(scopes) + 2, in_order)
+    z, n_flat = kernels.standardize_in_scopes(values, codes, len(scopes) + 2, in_order, Z_STD_FLOOR)
+    assert n_flat == 3  # one value, constant, below the floor (the NaN-only scope has no values)
+    assert np.all(z[np.isnan(values)] == 0.0)
+    check_standardize(np.full(4, np.nan), np.zeros(4, dtype=np.int64), 1, in_order)
+    check_standardize(np.zeros(0), np.zeros(0, dtype=np.int64), 2, in_order)
+
+
+# ------------------------------------------------------------------------------ Hypothesis
+
+
+@st.composite
+def grouped_values(draw, allow_nan: bool = False, allow_infinity: bool = False):
+    """(values, codes, n_codes): arbitrary float64 values (extremes included) in a few groups,
+    some codes unused, ties likely."""
+    n_codes = draw(st.integers(1, 6))
+    element = st.one_of(
+        st.floats(allow_nan=allow_nan, allow_infinity=allow_infinity, width=64),
+        st.sampled_from([0.0, -0.0, 1.0, -1.0, 1e9, 1e9 + 1e-3, 1e300, -1e300]),
+    )
+    pairs = draw(st.lists(st.tuples(st.integers(0, n_codes - 1), element), max_size=3 * kernels._SMALL))
+    codes = np.array([c for c, _ in pairs], dtype=np.int64)
+    values = np.array([v for _, v in pairs], dtype=np.float64)
+    return values, codes, n_codes
+
+
+@HYPOTHESIS
+@given(grouped_values(allow_infinity=True))
+def test_hypothesis_moments(case):
+    values, codes, n_codes = case
+    order, count = kernels.group_order(codes, values, n_codes)
+    check_moments(values[order], count)
+
+
+@HYPOTHESIS
+@given(grouped_values(allow_infinity=True), st.booleans())
+def test_hypothesis_normalize(case, normalize_by_std):
+    values, codes, n_codes = case
+    check_normalize(values, codes, n_codes, normalize_by_std)
+
+
+@HYPOTHESIS
+@given(grouped_values(allow_nan=True), st.booleans())
+def test_hypothesis_standardize(case, in_order):
+    values, codes, n_codes = case
+    if in_order:
+        codes = np.sort(codes)
+    check_standardize(values, codes, n_codes, in_order)
+
+
+# ------------------------------------------------------------------------------ sorted_runs
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n,n_keys", [(0, 1), (1, 1), (5, 1), (50, 3), (50, 50), (400, 37), (400, 10**6)])
+def test_sorted_runs(seed, n, n_keys):
+    rng = np.random.default_rng(seed)
+    key = (rng.integers(0, n_keys, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) if n else np.zeros(0, np.uint64)
+    order = np.argsort(key, kind="stable" if seed % 2 else "quicksort").astype(np.int64)
+    run, rows, reps = kernels.sorted_runs(key, order)
+    twin = twin_sorted_runs(key, order)
+    for a, e in zip((run, rows, reps), twin):
+        np.testing.assert_array_equal(a, e, strict=True)
+    # dense in sorted order; rows/reps: exactly the non-first members, with their run's first
+    if n:
+        assert run[order[0]] == 0 and set(np.diff(run[order]).tolist()) <= {0, 1}
+        assert run.max() + 1 == len(np.unique(key))
+    firsts = {int(run[order[i]]): int(order[i]) for i in range(n - 1, -1, -1)}
+    expected_rows = [int(order[i]) for i in range(1, n) if key[order[i]] == key[order[i - 1]]]
+    assert rows.tolist() == expected_rows
+    assert reps.tolist() == [firsts[int(run[r])] for r in expected_rows]
+    assert np.all(key[rows] == key[reps])
+
+
+# ------------------------------------------------------------------------------ renumber_by_first_position
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n,n_codes", [(0, 0), (0, 3), (1, 1), (1, 5), (20, 3), (20, 40), (300, 50)])
+def test_renumber_by_first_position(seed, n, n_codes):
+    rng = np.random.default_rng(seed)
+    codes = random_codes(rng, n, n_codes)
+    position = rng.permutation(n).astype(np.int64) if seed % 3 else np.arange(n, dtype=np.int64)
+    got = kernels.renumber_by_first_position(codes, position, n_codes)
+    expected = loop_renumber(codes, position, n_codes)
+    np.testing.assert_array_equal(got, expected, strict=True)
+    if n:
+        np.testing.assert_array_equal(got, twin_renumber(codes, position, n_codes), strict=True)
+        assert sorted(set(got.tolist())) == list(range(len(set(codes.tolist()))))  # unused skipped
+
+
+# ------------------------------------------------------------------------------ place_rows
+
+
+def shuffled_log(rng: np.random.Generator, n_traj: int, max_len: int, unused: int = 0):
+    """(traj, step, n_traj) for valid trajectories, rows shuffled; `unused` extra codes."""
+    traj, _, length = trajectories(rng, n_traj, max_len)
+    step = np.concatenate([np.arange(k, dtype=np.int64) for k in length]) if n_traj else np.zeros(0, np.int64)
+    perm = rng.permutation(len(traj))
+    return traj[perm].copy(), step[perm].copy(), n_traj + unused
+
+
+def check_place_rows(traj, step, n_traj):
+    ok, order, start, length = kernels.place_rows(traj, step, n_traj)
+    t_ok, t_order, t_start, t_length = twin_place_rows(traj, step, n_traj)
+    assert bool(ok) == t_ok
+    np.testing.assert_array_equal(start, t_start, strict=True)
+    np.testing.assert_array_equal(length, t_length, strict=True)
+    if t_ok:
+        np.testing.assert_array_equal(order, t_order, strict=True)
+        np.testing.assert_array_equal(traj[order], np.repeat(np.arange(len(length)), length))
+        np.testing.assert_array_equal(step[order], np.arange(len(order)) - np.repeat(start, length))
+    return bool(ok), order, start, length
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n_traj,max_len,unused", [(0, 1, 0), (0, 1, 2), (1, 1, 0), (4, 1, 1), (1, 40, 0), (30, 8, 3)])
+def test_place_rows_valid(seed, n_traj, max_len, unused):
+    traj, step, n = shuffled_log(np.random.default_rng(seed), n_traj, max_len, unused)
+    ok, *_ = check_place_rows(traj, step, n)
+    assert ok
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("fault", ["duplicate", "gap", "negative", "too_large", "last_row_too_large"])
+def test_place_rows_faults(seed, fault):
+    rng = np.random.default_rng(seed)
+    traj, step, n_traj = shuffled_log(rng, 12, 6)
+    i = int(rng.integers(len(step)))
+    if fault == "duplicate":  # another row of the same trajectory takes this step too
+        mates = np.flatnonzero((traj == traj[i]) & (np.arange(len(traj)) != i))
+        if len(mates) == 0:
+            traj = np.append(traj, traj[i])
+            step = np.append(step, step[i])
+        else:
+            step[mates[0]] = step[i]
+    elif fault == "gap":  # steps 0..k−2 and k: the last step moves one further
+        last = np.flatnonzero(traj == traj[i])
+        step[last[np.argmax(step[last])]] += 1
+    elif fault == "negative":
+        step[i] = -1
+    elif fault == "too_large":
+        step[i] = np.sum(traj == traj[i]) + 5
+    else:
+        i = len(step) - 1
+        step[i] = np.sum(traj == traj[i])
+    ok, *_ = check_place_rows(traj, step, n_traj)
+    assert not ok
+
+
+# ------------------------------------------------------------------------------ trajectory_rules
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "fault", ["none", "episode_reward", "episode_reward_nan", "done_early", "done_twice", "two_groups", "all"]
+)
+def test_trajectory_rules(seed, fault):
+    rng = np.random.default_rng(seed)
+    traj, step, n_traj = shuffled_log(rng, 10, 5)
+    ok, order, start, length = kernels.place_rows(traj, step, n_traj)
+    assert ok
+    traj_group_true = rng.integers(0, 3, size=n_traj).astype(np.int64)
+    group = traj_group_true[traj]
+    er = rng.normal(size=n_traj)[traj]
+    done = step == (length[traj] - 1)
+    long_rows = np.flatnonzero(length[traj] > 1)
+    i = int(rng.choice(long_rows))
+    if fault in ("episode_reward", "all"):
+        er[i] += 1.0
+    if fault == "episode_reward_nan":
+        er[i] = np.nan
+    if fault in ("done_early", "all"):
+        done[np.flatnonzero((traj == traj[i]) & (step == 0))] = True
+    if fault == "done_twice":
+        done[np.flatnonzero((traj == traj[i]) & (step == length[traj[i]] - 2))] = True
+    if fault in ("two_groups", "all"):
+        group[i] = (group[i] + 1) % 3
+    got = kernels.trajectory_rules(order, start, length, group, er, done)
+    expected = twin_trajectory_rules(order, start, length, group, er, done)
+    assert tuple(map(bool, got[:3])) == expected[:3]
+    np.testing.assert_array_equal(got[3], expected[3], strict=True)
+    broken = {
+        "none": (True, True, True),
+        "episode_reward": (False, True, True),
+        "episode_reward_nan": (False, True, True),
+        "done_early": (True, False, True),
+        "done_twice": (True, False, True),
+        "two_groups": (True, True, False),
+        "all": (False, False, False),
+    }[fault]
+    assert tuple(map(bool, got[:3])) == broken
+    if fault != "two_groups" and fault != "all":
+        np.testing.assert_array_equal(got[3], traj_group_true)
+    # empty episode_reward / done arrays skip those rules, whatever the rows hold
+    empty = np.zeros(0)
+    skipped = kernels.trajectory_rules(order, start, length, group, empty, empty)
+    assert tuple(map(bool, skipped[:3])) == (True, True, broken[2])
+    np.testing.assert_array_equal(skipped[3], got[3], strict=True)
+
+
+def test_trajectory_rules_one_step_trajectories():
+    """One-step trajectories: done may be true; any reward is constant; the group is its row's."""
+    traj = np.array([2, 0, 1], dtype=np.int64)
+    step = np.zeros(3, dtype=np.int64)
+    ok, order, start, length = kernels.place_rows(traj, step, 3)
+    assert ok and order.tolist() == [1, 2, 0]
+    group = np.array([7, 5, 6], dtype=np.int64)
+    got = kernels.trajectory_rules(order, start, length, group, np.array([1.0, 2.0, 3.0]), np.ones(3, dtype=bool))
+    assert tuple(map(bool, got[:3])) == (True, True, True)
+    assert got[3].tolist() == [5, 6, 7]
