@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from gaca_cli import __version__
 from gaca_cli import columns as C
-from gaca_cli.checks import StepIndex, anchor_column, prepare_log
+from gaca_cli.checks import StepIndex, anchor_column, anchor_series_of, prepare_log
 from gaca_cli.errors import GacaError
 from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
 from gaca_cli.grouping import Anchors, first_appearance_codes, similarity_key_codes, step_group_codes
@@ -116,7 +116,7 @@ def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> tuple[n
     episode group and then first step, so it does not depend on the order of rows)."""
     name = anchor_column(log.table)
     assert name is not None  # checked by prepare_log
-    anchors = Anchors(log.table.column(name), None if index.is_identity else index.order)
+    anchors = Anchors(anchor_series_of(log, name), None if index.is_identity else index.order)
     position = index.canonical_position
     if config.anchor_similarity is None:
         codes = step_group_codes(index.group, anchors)

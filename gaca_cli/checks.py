@@ -12,13 +12,14 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import columns as C
 from gaca_cli import kernels
 from gaca_cli.errors import GacaError
-from gaca_cli.grouping import Anchors, dense_rank, id_codes, plain
+from gaca_cli.grouping import Anchors, anchor_series, dense_rank, id_codes, plain
 from gaca_cli.io import Log
 from gaca_cli.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
@@ -317,12 +318,17 @@ def anchor_column(table: pa.Table) -> str | None:
     return None
 
 
+def anchor_series_of(log: Log, name: str) -> pl.Series:
+    """The anchor column as a polars Series in file order, converted once per log."""
+    return log.cached(("anchor_series", name), lambda: anchor_series(log.table.column(name)))
+
+
 def _warnings(log: Log, index: StepIndex, bad: set[str]) -> dict[str, int]:
     traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
     warnings = {"singleton_groups": int(np.sum(traj_per_group == 1))}
     name = anchor_column(log.table)
     if name is not None and name not in bad:
-        anchors = Anchors(log.table.column(name))  # file order; polars reads views without a copy
+        anchors = Anchors(anchor_series_of(log, name))
         empty = anchors.empty_count()
         if empty is not None:
             warnings["empty_anchors"] = empty

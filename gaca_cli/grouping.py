@@ -10,7 +10,6 @@ merge two different anchors.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -97,49 +96,48 @@ def dense_rank(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     return rank[codes], values.take(pa.array(np.argsort(rank)))
 
 
+def anchor_series(column: pa.ChunkedArray) -> pl.Series:
+    """An anchor column as one polars Series in file order (string views: gathers move
+    16-byte views, not the text)."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    # one chunk: polars gathers from a many-chunk series ~30x slower
+    return pl.from_arrow(column).rechunk()
+
+
 @dataclass(frozen=True)
 class Anchors:
-    """An anchor column in the file's row order, seen in canonical order through `order`
-    (canonical position -> file row; None when the file is already in canonical order).
+    """An anchor column in the file's row order (`series`, see `anchor_series`), seen in
+    index order through `order` (index position -> file row; None when the two agree).
     Nothing is copied: hashes are computed in file order and only 8-byte values are permuted,
     and text is fetched only for the rows that need an exact comparison."""
 
-    column: pa.ChunkedArray
+    series: pl.Series
     order: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return len(self.column)
-
-    @functools.cached_property
-    def _series(self) -> pl.Series:
-        """The column as a polars Series, file order (string views: gathers move 16-byte views,
-        not the text)."""
-        column = self.column
-        if pa.types.is_dictionary(column.type):
-            column = column.cast(column.type.value_type)
-        # one chunk: polars gathers from a many-chunk series ~30x slower
-        return pl.from_arrow(column).rechunk()
+        return len(self.series)
 
     def hashes(self) -> np.ndarray:
-        """uint64 [N] hash of each row's anchor, canonical order (only used to find equals)."""
-        h = self._series.hash(seed=0).to_numpy().astype(np.uint64, copy=False)
+        """uint64 [N] hash of each row's anchor, index order (only used to find equals)."""
+        h = self.series.hash(seed=0).to_numpy().astype(np.uint64, copy=False)
         return h if self.order is None else h[self.order]
 
     def equal_pairs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """bool [len(a)]: anchor at canonical position a[i] == anchor at b[i], exactly."""
+        """bool [len(a)]: anchor at index position a[i] == anchor at b[i], exactly."""
         rows_a = a if self.order is None else self.order[a]
         rows_b = b if self.order is None else self.order[b]
-        series = self._series
+        series = self.series
         return (series.gather(rows_a) == series.gather(rows_b)).to_numpy()
 
     def take(self, positions: np.ndarray) -> pa.Array:
-        """The anchors at the given canonical positions, as one plain array."""
+        """The anchors at the given index positions, as one plain array."""
         rows = positions if self.order is None else self.order[positions]
-        return plain(self._series.gather(rows).to_arrow())
+        return plain(self.series.gather(rows).to_arrow())
 
     def empty_count(self) -> int | None:
         """Rows whose anchor is the empty string (None for integer anchors)."""
-        series = self._series
+        series = self.series
         if series.dtype != pl.String:
             return None
         return int((series.str.len_bytes() == 0).sum())

@@ -7,7 +7,7 @@ import glob
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,13 @@ class Log:
     schema: pa.Schema | None = None  # every column of the files (canonical names), also those not read
     plain_files: bool = False  # every input is a Parquet file (no directory, no partitions)
     partial: bool = False  # only some columns were read
+    cache: dict = field(default_factory=dict, compare=False, repr=False)  # values derived from the table
+
+    def cached(self, key: object, make: Callable[[], object]) -> object:
+        """`make()`, computed once per log (e.g. a column converted for polars)."""
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
 
     @property
     def file_schema(self) -> pa.Schema:
