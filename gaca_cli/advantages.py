@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from gaca_cli import __version__
 from gaca_cli import columns as C
+from gaca_cli import kernels
 from gaca_cli.checks import StepIndex, anchor_column, anchor_series_of, prepare_log
 from gaca_cli.errors import GacaError
 from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
@@ -290,14 +291,20 @@ def summarize(
 
 def _correlation(x: np.ndarray, u: np.ndarray, index: StepIndex) -> float | None:
     """Pearson correlation of x and u over the rows where u is not NaN (None when fewer than
-    two rows or either side is constant); sums in canonical order (see `canonical_sum`)."""
-    ok = ~np.isnan(u)
-    k = int(ok.sum())
+    two rows or either side is constant). Two passes of per-trajectory sums in step order
+    (kernels.trajectory_sums), added over the trajectories in canonical order, so the result
+    does not depend on the order of rows in the file."""
+    order = index.canonical_traj_order
+
+    def total(per_traj: np.ndarray) -> float:
+        return float(np.sum(per_traj[order]))
+
+    sx, su, _, _, _, count = kernels.trajectory_sums(x, u, index.traj_start, index.traj_len, 0.0, 0.0)
+    k = total(count)
     if k < 2:
         return None
-    dx = np.where(ok, x - canonical_sum(np.where(ok, x, 0.0), index) / k, 0.0)
-    du = np.where(ok, u - canonical_sum(np.where(ok, u, 0.0), index) / k, 0.0)
-    var_x, var_u = canonical_sum(dx * dx, index), canonical_sum(du * du, index)
+    _, _, sxx, suu, sxu, _ = kernels.trajectory_sums(x, u, index.traj_start, index.traj_len, total(sx) / k, total(su) / k)
+    var_x, var_u = total(sxx), total(suu)
     if not (var_x > 0 and var_u > 0):
         return None
-    return _finite_or_none(np.clip(canonical_sum(dx * du, index) / np.sqrt(var_x * var_u), -1.0, 1.0))
+    return _finite_or_none(np.clip(total(sxu) / np.sqrt(var_x * var_u), -1.0, 1.0))

@@ -334,3 +334,31 @@ def trajectory_rules(
             if check_done and p < b - 1 and done[row]:
                 done_ok = False
     return er_ok, done_ok, group_ok, traj_group
+
+
+@njit(cache=True, nogil=True)
+def trajectory_sums(
+    x: np.ndarray, u: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-trajectory sums, in step order, over the steps where u is not NaN, of
+    x, u, (x − mx)², (u − mu)² and (x − mx)(u − mu); and the number of such steps.
+    Returns six float64 [T] arrays (sx, su, sxx, suu, sxu, count)."""
+    n_traj = len(start)
+    sx = np.zeros(n_traj)
+    su = np.zeros(n_traj)
+    sxx = np.zeros(n_traj)
+    suu = np.zeros(n_traj)
+    sxu = np.zeros(n_traj)
+    count = np.zeros(n_traj)
+    for t in range(n_traj):
+        for i in range(start[t], start[t] + length[t]):
+            if not np.isnan(u[i]):
+                dx = x[i] - mx
+                du = u[i] - mu
+                sx[t] += x[i]
+                su[t] += u[i]
+                sxx[t] += dx * dx
+                suu[t] += du * du
+                sxu[t] += dx * du
+                count[t] += 1.0
+    return sx, su, sxx, suu, sxu, count

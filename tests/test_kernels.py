@@ -752,3 +752,30 @@ def test_trajectory_rules_one_step_trajectories():
     got = kernels.trajectory_rules(order, start, length, group, np.array([1.0, 2.0, 3.0]), np.ones(3, dtype=bool))
     assert tuple(map(bool, got[:3])) == (True, True, True)
     assert got[3].tolist() == [5, 6, 7]
+
+
+# ------------------------------------------------------------------------------ trajectory_sums
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_trajectory_sums_match_numpy(seed):
+    """Per-trajectory sums over the non-NaN u, in step order: the same as a plain loop per
+    trajectory (sequential float adds), for x, u, (x−mx)², (u−mu)², (x−mx)(u−mu) and the count."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(1, 9, size=int(rng.integers(1, 40)))
+    start = np.cumsum(length) - length
+    n = int(length.sum())
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4)
+    u = rng.gamma(2.0, 0.3, size=n)
+    u[rng.random(n) < 0.3] = np.nan
+    mx, mu = float(rng.standard_normal()), float(rng.standard_normal())
+    got = kernels.trajectory_sums(x, u, start, length, mx, mu)
+    expected = [np.zeros(len(start)) for _ in range(6)]
+    for t, (a, k) in enumerate(zip(start, length)):
+        for i in range(a, a + k):
+            if not np.isnan(u[i]):
+                dx, du = x[i] - mx, u[i] - mu
+                for j, term in enumerate((x[i], u[i], dx * dx, du * du, dx * du, 1.0)):
+                    expected[j][t] += term
+    for name, a, e in zip(("sx", "su", "sxx", "suu", "sxu", "count"), got, expected):
+        assert_bits(a, e, name)
