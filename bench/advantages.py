@@ -4,8 +4,9 @@ For each method and log size the program runs one measurement per fresh child pr
 (so that the peak-memory figure, the child's RSS high-water mark from `os.wait4`, belongs to
 that measurement alone):
 
-- fast:     the library path the CLI uses, `read_log` -> `compute_advantages` ->
-            `write_parquet_atomic`, timed phase by phase inside the child;
+- fast:     the library path the CLI uses, `read_for_advantages` -> `compute_advantages` ->
+            `write_annotated` (the output spliced from the input's column chunks), timed
+            phase by phase inside the child;
 - cli:      (with --cli) the real `gaca advantages LOG --method M -o OUT --json` subprocess,
             wall time including interpreter start-up and imports;
 - baseline: bench/baseline_advantages.py (per-row Python in the style of the verl-agent
@@ -16,8 +17,9 @@ It first checks that the baseline and the fast code agree on a small log (max ab
 of every output column, both normalisations) so that the comparison is honest.
 
 The logs are synthetic (bench/synth.py: 8 rollouts per group, ~25 steps, ~30 % of steps in a
-shared step group), cached under bench/data/. Peak memory is reported against the input's
-in-memory Arrow size (`Table.nbytes` after `read_log`).
+shared step group), cached under bench/data/. Peak memory is reported against the whole
+log's in-memory Arrow size (`Table.nbytes` of every column, cached beside the log), although
+`gaca advantages` reads only the columns it uses.
 
 Wall times on a shared machine are noisy; the CPU-seconds column (user + system of the child)
 is the steadier figure, and the ratios are given for both.
@@ -502,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"baseline {method}: compute time grows as rows^{exp:.2f} between "
                   f"{min(r.rows for r in runs):,} and {max(r.rows for r in runs):,} rows (1.00 = linear)")
     print("peak = RSS high-water mark of the measuring child process (interpreter and imports included);")
-    print("input = in-memory Arrow size of the log after read_log; × compute compares the compute phases only.")
+    print("input = in-memory Arrow size of the whole log (every column); × compute compares the compute phases only.")
     _print_targets(results, baseline_at)
     if args.json:
         args.json.write_text(json.dumps([m.__dict__ | {"rows_per_s": m.rows_per_s} for m in results], indent=1))

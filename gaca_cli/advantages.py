@@ -12,7 +12,6 @@ import pyarrow.compute as pc
 
 from gaca_cli import __version__
 from gaca_cli import columns as C
-from gaca_cli import kernels
 from gaca_cli.checks import StepIndex, anchor_column, anchor_series_of, prepare_log
 from gaca_cli.errors import GacaError
 from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
@@ -294,6 +293,8 @@ def _correlation(x: np.ndarray, u: np.ndarray, index: StepIndex) -> float | None
     two rows or either side is constant). Two passes of per-trajectory sums in step order
     (kernels.trajectory_sums), added over the trajectories in canonical order, so the result
     does not depend on the order of rows in the file."""
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     order = index.canonical_traj_order
 
     def total(per_traj: np.ndarray) -> float:

@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import columns as C
-from gaca_cli import kernels
 from gaca_cli.errors import GacaError
 from gaca_cli.grouping import Anchors, anchor_series, dense_rank, id_codes, plain
 from gaca_cli.io import Log
@@ -210,6 +209,8 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
     trajectory; then the row index (canonical or file order, see StepIndex). The rules run
     as compiled passes (kernels.place_rows, kernels.trajectory_rules); a broken rule is then
     located row by row with numpy, for the message."""
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     table = log.table
     traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
     group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))

@@ -19,14 +19,20 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gaca_cli import kernels
-
 class ConfigError(ValueError):
     """An invalid configuration value; `field` names the offending parameter."""
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(message)
+
+
+def _kernels():
+    """gaca_cli.kernels, imported when an estimator first runs: importing numba takes ~0.4 s,
+    which `gaca --help` and the option parsing should not pay."""
+    from gaca_cli import kernels
+
+    return kernels
 
 
 EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
@@ -159,7 +165,7 @@ def discounted_returns(reward: np.ndarray, traj: np.ndarray, n_traj: int, gamma:
     """
     length = np.bincount(traj, minlength=n_traj).astype(np.int64)
     start = np.cumsum(length) - length
-    return kernels.discounted_returns(np.ascontiguousarray(reward, dtype=np.float64), start, length, float(gamma))
+    return _kernels().discounted_returns(np.ascontiguousarray(reward, dtype=np.float64), start, length, float(gamma))
 
 
 def normalize_in_groups(
@@ -174,7 +180,7 @@ def normalize_in_groups(
     """
     values = np.ascontiguousarray(values, dtype=np.float64)
     codes = np.ascontiguousarray(codes, dtype=np.int64)
-    out, n_singleton, n_constant = kernels.normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
+    out, n_singleton, n_constant = _kernels().normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
     return out, int(n_singleton), int(n_constant)
 
 
@@ -192,7 +198,7 @@ def standardize_in_scopes(
     """
     values = np.ascontiguousarray(values, dtype=np.float64)
     codes = np.ascontiguousarray(codes, dtype=np.int64)
-    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, canonical, Z_STD_FLOOR)
+    z, n_flat = _kernels().standardize_in_scopes(values, codes, n_codes, canonical, Z_STD_FLOOR)
     return z, int(n_flat)
 
 

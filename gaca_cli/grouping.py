@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 from rapidfuzz import process
 from rapidfuzz.distance import Indel
 
-from gaca_cli import kernels
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -153,6 +152,8 @@ def step_group_codes(group: np.ndarray, anchors: Anchors) -> np.ndarray:
     run with the run's first row, exactly. Runs that mix anchors (a hash collision) are split
     exactly; the result never depends on the hash.
     """
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     n = len(group)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -200,6 +201,8 @@ def _split_collisions(codes: np.ndarray, group: np.ndarray, anchors: Anchors, ba
 def first_appearance_codes(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
     """Renumber non-negative integer codes 0..K-1 in order of first appearance: of the row
     with the smallest `position` (a permutation of 0..N-1, by default the row's own index)."""
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     codes = np.ascontiguousarray(codes, dtype=np.int64)
     if len(codes) == 0:
         return codes

@@ -197,3 +197,12 @@ def test_light_commands_do_not_import_torch(tmp_path):
     assert out.exists()
     if "No such command" not in proc.stderr:  # inspect may not be registered yet
         assert codes[("inspect",)] == 0, proc.stderr
+
+
+def test_help_does_not_import_numba():
+    """numba (the compiled kernels of `gaca advantages`) takes ~0.4 s to import: `gaca --help`
+    and every command's option parsing must not pay for it."""
+    code = "import sys\nfrom gaca_cli.cli import app\nprint(sorted(m for m in sys.modules if m.split('.')[0] in {'numba', 'llvmlite'})[:3])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
