@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -41,6 +42,7 @@ def read_for_advantages(
 ) -> Log:
     """The columns of the log that `config`'s method reads (`columns_read`), ids read
     dictionary-encoded (cheap to rank) and anchor text by polars (hashed and compared there)."""
+    threading.Thread(target=_warm_up_kernels, name="gaca-kernels", daemon=True).start()
     names = column_names(paths, column_map)
     return read_log(
         paths,
@@ -49,6 +51,17 @@ def read_for_advantages(
         dictionary=(C.GROUP_ID, C.TRAJ_ID),
         via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY),
     )
+
+
+def _warm_up_kernels() -> None:
+    """Import and load the compiled kernels while the main thread reads (pyarrow and polars
+    release the GIL). Errors are left to the real calls, which report them properly."""
+    try:
+        from gaca_cli import kernels
+
+        kernels.warm_up()
+    except Exception:  # noqa: BLE001 - the computation itself will raise it with context
+        pass
 
 
 @dataclass(frozen=True)

@@ -362,3 +362,23 @@ def trajectory_sums(
                 sxu[t] += dx * du
                 count[t] += 1.0
     return sx, su, sxx, suu, sxu, count
+
+
+def warm_up() -> None:
+    """Load every kernel's machine code (compiling it the first time) with tiny inputs of the
+    types the library passes. `gaca advantages` runs this in a background thread while it
+    reads the log, so numba's start-up (~1 s) overlaps the read instead of adding to it."""
+    f = np.zeros(2)
+    i = np.zeros(2, dtype=np.int64)
+    start = np.zeros(1, dtype=np.int64)
+    length = np.full(1, 2, dtype=np.int64)
+    discounted_returns(f, start, length, 0.5)
+    normalize_in_groups(f, i, 1, True, 1e-6)
+    standardize_in_scopes(f, i, 1, True, 1e-8)
+    standardize_in_scopes(f, i, 1, False, 1e-8)
+    sorted_runs(np.zeros(2, dtype=np.uint64), np.arange(2, dtype=np.int64))
+    renumber_by_first_position(i, np.arange(2, dtype=np.int64), 1)
+    _, order, starts, lengths = place_rows(i, np.arange(2, dtype=np.int64), 1)
+    trajectory_rules(order, starts, lengths, i, f, np.zeros(2, dtype=bool))
+    trajectory_rules(order, starts, lengths, i, np.zeros(0), np.zeros(0))
+    trajectory_sums(f, f, start, length, 0.0, 0.0)

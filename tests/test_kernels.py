@@ -779,3 +779,9 @@ def test_trajectory_sums_match_numpy(seed):
                     expected[j][t] += term
     for name, a, e in zip(("sx", "su", "sxx", "suu", "sxu", "count"), got, expected):
         assert_bits(a, e, name)
+
+
+def test_warm_up_runs_every_kernel():
+    """kernels.warm_up (run in a background thread by `gaca advantages` while it reads) calls
+    every kernel once without error."""
+    kernels.warm_up()
