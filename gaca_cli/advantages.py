@@ -89,7 +89,7 @@ class AdvantagesRun:
     def table(self) -> pa.Table:
         """Every column read (original names; the tool's own earlier columns replaced) plus
         the method's columns."""
-        return annotated_table(self.log.table, self.log.renamed, self.new_columns)
+        return annotated_table(self.log.table, self.log.renamed, self.new_columns, self.log.source)
 
 
 def _float_column(log: Log, index: StepIndex, name: str) -> np.ndarray:
@@ -195,11 +195,22 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     )
 
 
-def annotated_table(table: pa.Table, renamed: Mapping[str, str], new_columns: pa.Table) -> pa.Table:
+def annotated_table(
+    table: pa.Table, renamed: Mapping[str, str], new_columns: pa.Table, source: str | None = None
+) -> pa.Table:
     """`table` without the tool's own columns, names restored, with `new_columns` appended."""
     owned = set(C.ADVANTAGES_OUTPUTS)
     out = table.select([n for n in table.column_names if n not in owned])
     out = restore_column_names(out, renamed)
+    clash = [n for n in new_columns.column_names if n in out.column_names]
+    if clash:
+        mapped = {old: new for new, old in renamed.items()}
+        raise GacaError(
+            f"--map {mapped.get(clash[0], '?')}={clash[0]}: the log's column '{clash[0]}' would be overwritten by "
+            "the output column of that name; rename it in the log first",
+            file=source,
+            column=clash[0],
+        )
     for name, column in zip(new_columns.column_names, new_columns.columns):
         out = out.append_column(name, column)
     return out
@@ -231,7 +242,7 @@ def write_annotated(
     full = read_log(paths, column_map) if log.partial else log
     if full.table.num_rows != run.new_columns.num_rows:  # the files changed while we worked
         raise GacaError("the input changed while it was being read; run again", file=log.source)
-    table = annotated_table(full.table, full.renamed, run.new_columns)
+    table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
     dictionary = [n for n in table.column_names if n in _DICTIONARY_COLUMNS]
     write_parquet_atomic(table, out, run.metadata, dictionary_columns=dictionary)
     return "rewritten"

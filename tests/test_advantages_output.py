@@ -686,3 +686,15 @@ def test_directory_with_int_and_float_rewards_is_a_clean_error(tmp_path, example
     assert res.exit_code == 1, res.output
     assert len(error_lines(res)) == 1 and "schemas do not agree" in res.output
     assert not (tmp_path / "out.parquet").exists()
+
+
+def test_mapping_an_output_name_as_input_is_a_clean_error(tmp_path, example_table):
+    """`--map reward=advantage` reads the log's `advantage` column as the reward; the output
+    would then hold two `advantage` columns: one Error line naming it, no output file."""
+    table = example_table.rename_columns([C.ADVANTAGE if n == C.REWARD else n for n in example_table.column_names])
+    src, out = tmp_path / "renamed.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src)
+    res = invoke("advantages", src, "--method", "grpo", "--map", f"{C.REWARD}={C.ADVANTAGE}", "-o", out)
+    assert res.exit_code == 1, res.output
+    assert len(error_lines(res)) == 1 and f"'{C.ADVANTAGE}'" in res.output
+    assert not out.exists()
