@@ -195,7 +195,7 @@ def _filtered_bc(logp, adv, behavior_logp, p: LossParams):
 
 
 #: --loss NAME -> per-token objective, one signature: (logp, adv, behavior_logp | None, params)
-#: -> (ℓ [N], detached per-token diagnostics). The CLI's choices (training.LOSSES) match its keys.
+#: -> (ℓ [N], detached per-token diagnostics). The CLI's choices (train_config.LOSSES) match its keys.
 TOKEN_LOSSES = {"ppo": _ppo, "pg": _pg, "awr": _awr, "filtered-bc": _filtered_bc}
 
 

@@ -199,10 +199,11 @@ def test_light_commands_do_not_import_torch(tmp_path):
         assert codes[("inspect",)] == 0, proc.stderr
 
 
-def test_help_does_not_import_numba():
-    """numba (the compiled kernels of `gaca advantages`) takes ~0.4 s to import: `gaca --help`
-    and every command's option parsing must not pay for it."""
-    code = "import sys\nfrom gaca_cli.cli import app\nprint(sorted(m for m in sys.modules if m.split('.')[0] in {'numba', 'llvmlite'})[:3])"
+def test_help_does_not_import_numba_pyarrow_or_polars():
+    """Importing the command line (`gaca --help`, option parsing) loads none of numba (the
+    kernels of `gaca advantages`, ~0.4 s), pyarrow or polars: commands import them on use."""
+    heavy = "{'numba', 'llvmlite', 'pyarrow', 'polars'}"
+    code = f"import sys\nfrom gaca_cli.cli import app\nprint(sorted(m for m in sys.modules if m.split('.')[0] in {heavy})[:3])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from gaca_cli import losses as L
-from gaca_cli.training import LOSSES, BatchPlan, TrainConfig, lr_factor, micro_batches
+from gaca_cli.train_config import LOSSES
+from gaca_cli.training import BatchPlan, TrainConfig, lr_factor, micro_batches
 
 
 def test_registry_matches_the_cli_choices():

@@ -11,7 +11,7 @@ import typer
 from gaca_cli.cli.app import app
 from gaca_cli.cli.common import JsonOption, MapOption, build_config, column_map, err_console, print_json, user_errors
 from gaca_cli.scoring import CONTEXT_SOURCES
-from gaca_cli.training import AGGREGATIONS, BEHAVIOR_SOURCES, LOSSES, TrainConfig
+from gaca_cli.train_config import AGGREGATIONS, BEHAVIOR_SOURCES, LOSSES, TrainConfig
 
 _D = TrainConfig(model="-")
 
