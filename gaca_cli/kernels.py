@@ -4,20 +4,66 @@ full-array temporaries.
 Each kernel does the same floating-point operations, in the same order, as the plain numpy
 expression in its docstring, so results are bit for bit those of the numpy formulation
 (numba does not reorder float arithmetic unless asked to with fastmath, which is not used
-here; error_model="numpy" gives IEEE inf/NaN instead of ZeroDivisionError). The slow twins in tests/reference.py check the maths; tests/test_kernels.py checks
-each kernel against its numpy formulation. Kernels are compiled on first use and cached
-next to this file (or in numba's user cache when that is not writable).
+here; error_model="numpy" gives IEEE inf/NaN instead of ZeroDivisionError). The slow twins
+in tests/reference.py check the maths; tests/test_kernels.py checks each kernel against its
+numpy formulation, compiled and not.
+
+numba costs about a second per process (import, loading the cached machine code), which a
+small log should not pay: below `PLAIN_BELOW` rows a kernel runs as the plain Python
+function it is written as (the same operations on numpy float64 scalars, so the same bits).
+The first call on a larger input compiles every kernel (cached next to this file, or in
+numba's user cache when that is not writable) and from then on they all run compiled.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections.abc import Callable
+
 import numpy as np
-from numba import njit
 
 _SMALL = 24  # groups up to this size are sorted by insertion (no allocation)
+PLAIN_BELOW = 5_000  # rows: smaller inputs run as plain Python, without numba
+
+_plain: dict[str, Callable] = {}  # kernel name -> the function as written
+_lock = threading.Lock()
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+def _compile_all() -> None:
+    """Replace every kernel of this module by its numba dispatcher (nested kernel calls are
+    resolved through the module's globals, so they must all be dispatchers first)."""
+    with _lock:
+        if all(_is_dispatcher(globals()[name]) for name in _plain):
+            return
+        from numba import njit
+
+        jit = njit(cache=True, nogil=True, error_model="numpy")
+        dispatchers = {name: jit(fn) for name, fn in _plain.items()}
+        globals().update(dispatchers)
+
+
+def _is_dispatcher(obj: object) -> bool:
+    return hasattr(obj, "py_func")
+
+
+def _kernel(fn: Callable) -> Callable:
+    """Register `fn` as a kernel: plain Python on small inputs, compiled otherwise."""
+    _plain[fn.__name__] = fn
+
+    @functools.wraps(fn)
+    def run(*args):
+        rows = max((len(a) for a in args if isinstance(a, np.ndarray)), default=0)
+        if rows < PLAIN_BELOW:
+            with np.errstate(all="ignore"):  # IEEE inf/NaN, as error_model="numpy"
+                return fn(*args)
+        _compile_all()
+        return globals()[fn.__name__](*args)
+
+    return run
+
+
+@_kernel
 def discounted_returns(reward: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, gamma: float) -> np.ndarray:
     """G_t = r_t + γ·G_{t+1} backwards within each trajectory, G = r at its last step.
 
@@ -35,7 +81,7 @@ def discounted_returns(reward: np.ndarray, traj_start: np.ndarray, traj_len: np.
     return out
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@_kernel
 def group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions grouped by code (groups in code order), ascending by value within a group;
     and the size of each group. The same as np.lexsort((values, codes)) up to the order of
@@ -74,7 +120,7 @@ def group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np
     return order, count
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@_kernel
 def shifted_moments(
     xs: np.ndarray, count: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -127,7 +173,7 @@ def shifted_moments(
     return dev, m2, scale, lo, hi
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@_kernel
 def normalize_in_groups(
     values: np.ndarray, codes: np.ndarray, n_codes: int, normalize_by_std: bool, eps: float
 ) -> tuple[np.ndarray, int, int]:
@@ -181,7 +227,7 @@ def normalize_in_groups(
     return out, n_singleton, n_constant
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@_kernel
 def standardize_in_scopes(
     values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool, floor: float
 ) -> tuple[np.ndarray, int]:
@@ -223,7 +269,7 @@ def standardize_in_scopes(
     return z, n_flat
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def sorted_runs(key: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Runs of equal keys in sorted order. order: int64 [N], positions sorted by key.
     Returns (run int64 [N]: run number of each position, numbered in sorted order; rows and
@@ -249,7 +295,7 @@ def sorted_runs(key: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndar
     return run, rows[:p], reps[:p]
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes: int) -> np.ndarray:
     """Codes renumbered 0..K'−1 in order of each code's smallest `position` (a permutation of
     0..N−1): the numbering a reader sees walking the rows in that order. Unused codes are
@@ -276,7 +322,7 @@ def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes:
     return out
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def place_rows(traj: np.ndarray, step: np.ndarray, n_traj: int) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
     """Rows ordered by (trajectory code, step): order[start[t] + s] = the row of step s of
     trajectory t. ok is False as soon as a step is outside 0..len−1 or taken twice (then
@@ -304,7 +350,7 @@ def place_rows(traj: np.ndarray, step: np.ndarray, n_traj: int) -> tuple[bool, n
     return True, order, start, length
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def trajectory_rules(
     order: np.ndarray, start: np.ndarray, length: np.ndarray, group: np.ndarray,
     episode_reward: np.ndarray, done: np.ndarray,
@@ -336,7 +382,7 @@ def trajectory_rules(
     return er_ok, done_ok, group_ok, traj_group
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def trajectory_sums(
     x: np.ndarray, u: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -365,9 +411,10 @@ def trajectory_sums(
 
 
 def warm_up() -> None:
-    """Load every kernel's machine code (compiling it the first time) with tiny inputs of the
-    types the library passes. `gaca advantages` runs this in a background thread while it
-    reads the log, so numba's start-up (~1 s) overlaps the read instead of adding to it."""
+    """Compile (the first time) or load every kernel's machine code, calling each with tiny
+    inputs of the types the library passes. `gaca advantages` runs this in a background
+    thread while it reads a large log, so numba's start-up overlaps the read."""
+    _compile_all()
     f = np.zeros(2)
     i = np.zeros(2, dtype=np.int64)
     start = np.zeros(1, dtype=np.int64)

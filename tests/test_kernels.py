@@ -29,8 +29,30 @@ from gaca_cli import kernels
 from gaca_cli.estimators import EPS, Z_STD_FLOOR
 
 HYPOTHESIS = settings(
-    max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    # the kernel_mode fixture only swaps functions; nothing to reset between examples
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+
+
+@pytest.fixture(autouse=True, params=["plain", "compiled"])
+def kernel_mode(request, monkeypatch):
+    """Every test runs twice: with the kernels compiled by numba, and as the plain Python
+    functions that small logs run (kernels.PLAIN_BELOW); both must give the twins' bits."""
+    if request.param == "compiled":
+        kernels._compile_all()
+    else:
+        for name, fn in kernels._plain.items():
+
+            def plain(*args, _fn=fn):
+                with np.errstate(all="ignore"):
+                    return _fn(*args)
+
+            monkeypatch.setattr(kernels, name, plain)  # nested kernel calls go plain too
+    return request.param
 SEEDS = range(6)
 SIZES = (0, 1, 2, 7, 60, 400)
 
@@ -781,7 +803,24 @@ def test_trajectory_sums_match_numpy(seed):
         assert_bits(a, e, name)
 
 
-def test_warm_up_runs_every_kernel():
-    """kernels.warm_up (run in a background thread by `gaca advantages` while it reads) calls
-    every kernel once without error."""
-    kernels.warm_up()
+def test_warm_up_runs_every_kernel(kernel_mode):
+    """kernels.warm_up (run in a background thread by `gaca advantages` while it reads a large
+    log) compiles or loads every kernel and calls it once without error."""
+    if kernel_mode == "compiled":
+        kernels.warm_up()
+        assert all(kernels._is_dispatcher(getattr(kernels, name)) for name in kernels._plain)
+
+
+def test_small_inputs_run_plain_and_large_ones_compiled():
+    """The dispatch of an uncompiled kernel: below PLAIN_BELOW rows the function as written,
+    from PLAIN_BELOW on numba (and from then on every kernel is compiled); same bits."""
+    rng = np.random.default_rng(0)
+    n = kernels.PLAIN_BELOW
+    reward = rng.standard_normal(n)
+    start, length = np.array([0, n // 2]), np.array([n // 2, n - n // 2])
+    wrapper = kernels._kernel(kernels._plain["discounted_returns"])  # a fresh, uncompiled entry point
+    small = wrapper(reward[:10], np.array([0]), np.array([10]), 0.9)
+    assert_bits(small, kernels._plain["discounted_returns"](reward[:10], np.array([0]), np.array([10]), 0.9))
+    large = wrapper(reward, start, length, 0.9)
+    assert kernels._is_dispatcher(kernels.discounted_returns)
+    assert_bits(large, kernels._plain["discounted_returns"](reward, start, length, 0.9))

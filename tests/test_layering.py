@@ -160,7 +160,7 @@ for argv in json.loads(sys.argv[1]):
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"torch", "transformers", "peft", "accelerate"})
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"torch", "transformers", "peft", "accelerate", "numba"})
     results.append({"argv": argv, "code": code, "heavy": heavy[:5]})
 with open(sys.argv[2], "w") as f:
     json.dump(results, f)
@@ -169,7 +169,8 @@ with open(sys.argv[2], "w") as f:
 
 def test_light_commands_do_not_import_torch(tmp_path):
     """--help, advantages (every method), validate and inspect --help in one fresh interpreter:
-    after each, neither torch nor transformers is in sys.modules."""
+    after each, neither torch nor transformers is in sys.modules, nor numba (a log this small
+    runs the kernels as plain Python, see kernels.PLAIN_BELOW)."""
     out = tmp_path / "adv.parquet"
     runs = [
         ["--help"],
