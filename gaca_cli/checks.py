@@ -206,12 +206,9 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
 
 def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool = True) -> StepIndex | None:
     """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
-    trajectory; then the row index (canonical or file order, see StepIndex). The rules run
-    as compiled passes (kernels.place_rows, kernels.trajectory_rules); a broken rule is then
-    located row by row with numpy, for the message."""
-    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
-
+    trajectory; then the row index (canonical or file order, see StepIndex)."""
     table = log.table
+    n = table.num_rows
     traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
     group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))
     n_traj = len(traj_rank)
@@ -221,32 +218,54 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
         """Offending rows sorted by (traj_id, step_idx), whatever the order of the file."""
         return rows[np.lexsort((step[rows], traj_rank[traj_of_row[rows]]))]
 
-    ok, order, starts, lengths = kernels.place_rows(traj_of_row, step, n_traj)
-    if not ok:
-        _step_violations(log, out, traj_of_row, step, n_traj)
+    lengths = np.bincount(traj_of_row, minlength=n_traj).astype(np.int64)
+    starts = np.cumsum(lengths) - lengths
+    in_range = (step >= 0) & (step < lengths[traj_of_row])
+    pos = starts[traj_of_row] + np.where(in_range, step, 0)
+    occupancy = np.bincount(pos[in_range], minlength=n)
+    duplicate = in_range & (occupancy[pos] > 1)
+    if duplicate.any():
+        out.violations.append(
+            _violation(log, C.STEP_IDX, "(traj_id, step_idx) must be unique", by_id_and_step(np.flatnonzero(duplicate)))
+        )
+    # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
+    gap_rows = by_id_and_step(np.flatnonzero(~in_range))
+    if len(gap_rows):
+        out.violations.append(
+            _violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
+        )
+    if duplicate.any() or len(gap_rows):
         return None
 
-    empty = np.zeros(0)
-    er = done = empty
+    # rows ordered by (trajectory code, step_idx)
+    order = np.empty(n, dtype=np.int64)
+    order[pos] = np.arange(n, dtype=np.int64)
+    del pos, occupancy, duplicate, in_range
+    traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
+
     if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
-        er = plain(table.column(C.EPISODE_REWARD)).cast(pa.float64()).to_numpy(zero_copy_only=False)
+        er = plain(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
+        differs = er != er[starts][traj_by_pos]
+        if differs.any():
+            out.violations.append(
+                _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs]))
+            )
+
     if C.DONE in table.column_names and C.DONE not in bad:
         done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
-    er_ok, done_ok, group_ok, traj_group = kernels.trajectory_rules(order, starts, lengths, group_of_row, er, done)
-    if not er_ok:
-        differs = er != er[order[starts]][traj_of_row]
-        out.violations.append(
-            _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(np.flatnonzero(differs)))
-        )
-    if not done_ok:
-        last = np.zeros(len(step), dtype=bool)
+        last = np.zeros(n, dtype=bool)
         last[order[starts + lengths - 1]] = True
         early = np.flatnonzero(done & ~last)
-        out.violations.append(
-            _violation(log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early))
-        )
-    if not group_ok:
-        mixed = group_of_row != traj_group[traj_of_row]
+        if len(early):
+            out.violations.append(
+                _violation(
+                    log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early)
+                )
+            )
+
+    traj_group = group_of_row[order[starts]]
+    mixed = group_of_row != traj_group[traj_of_row]
+    if mixed.any():
         bad_traj = np.unique(traj_of_row[mixed])
         rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
         out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
@@ -257,11 +276,10 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
     canonical_start = np.empty(n_traj, dtype=np.int64)
     canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
     if not canonical:
-        traj = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
-        return StepIndex(order, traj, starts, lengths, traj_group, len(group_rank), canonical_start)
+        return StepIndex(order, traj_by_pos, starts, lengths, traj_group, len(group_rank), canonical_start)
     pos = canonical_start[traj_of_row] + step
-    order = np.empty(len(step), dtype=np.int64)
-    order[pos] = np.arange(len(step), dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    order[pos] = np.arange(n, dtype=np.int64)
     lengths = lengths[by_canon]
     return StepIndex(
         order=order,
@@ -272,25 +290,6 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
         n_groups=len(group_rank),
         canonical_start=canonical_start[by_canon],
     )
-
-
-def _step_violations(log: Log, out: Inspection, traj_of_row: np.ndarray, step: np.ndarray, n_traj: int) -> None:
-    """Report duplicate (traj_id, step_idx) rows and rows outside 0..T-1 (gaps)."""
-    n = len(step)
-    lengths = np.bincount(traj_of_row, minlength=n_traj).astype(np.int64)
-    starts = np.cumsum(lengths) - lengths
-    in_range = (step >= 0) & (step < lengths[traj_of_row])
-    pos = starts[traj_of_row] + np.where(in_range, step, 0)
-    occupancy = np.bincount(pos[in_range], minlength=n)
-    duplicate = in_range & (occupancy[pos] > 1)
-    if duplicate.any():
-        out.violations.append(_violation(log, C.STEP_IDX, "(traj_id, step_idx) must be unique", np.flatnonzero(duplicate)))
-    # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
-    gap_rows = np.flatnonzero(~in_range)
-    if len(gap_rows):
-        out.violations.append(
-            _violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
-        )
 
 
 def _needs_checks(log: Log, command: str, out: Inspection) -> None:

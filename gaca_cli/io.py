@@ -237,17 +237,6 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=inputs[0][0]) from None
 
 
-def count_rows(paths: Sequence[str | os.PathLike]) -> int:
-    """The number of rows of the log, from the files' footers (no data read)."""
-    total = 0
-    for path, is_dir in expand_inputs(paths):
-        try:
-            total += _dataset(path).count_rows() if is_dir else pq.read_metadata(path).num_rows
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
-            raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
-    return total
-
-
 def column_names(paths: Sequence[str | os.PathLike], column_map: Mapping[str, str] | None = None) -> list[str]:
     """The canonical names of every column of the log (from the files' footers; no data read)."""
     return _mapped_names(_file_schema(expand_inputs(paths)).names, column_map or {})

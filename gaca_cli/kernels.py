@@ -6,64 +6,23 @@ expression in its docstring, so results are bit for bit those of the numpy formu
 (numba does not reorder float arithmetic unless asked to with fastmath, which is not used
 here; error_model="numpy" gives IEEE inf/NaN instead of ZeroDivisionError). The slow twins
 in tests/reference.py check the maths; tests/test_kernels.py checks each kernel against its
-numpy formulation, compiled and not.
-
-numba costs about a second per process (import, loading the cached machine code), which a
-small log should not pay: below `PLAIN_BELOW` rows a kernel runs as the plain Python
-function it is written as (the same operations on numpy float64 scalars, so the same bits).
-The first call on a larger input compiles every kernel (cached next to this file, or in
-numba's user cache when that is not writable) and from then on they all run compiled.
+numpy formulation. Kernels are compiled on first use and cached next to this file (or in
+numba's user cache when that is not writable); importing numba and loading the cache takes
+about a second, which `gaca advantages` overlaps with reading the log (`warm_up`), and which
+commands that only check a log never pay (they do not use these kernels).
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-from collections.abc import Callable
-
 import numpy as np
+from numba import njit
 
 _SMALL = 24  # groups up to this size are sorted by insertion (no allocation)
-PLAIN_BELOW = 5_000  # rows: smaller inputs run as plain Python, without numba
 
-_plain: dict[str, Callable] = {}  # kernel name -> the function as written
-_lock = threading.Lock()
+jit = njit(cache=True, nogil=True, error_model="numpy")
 
 
-def _compile_all() -> None:
-    """Replace every kernel of this module by its numba dispatcher (nested kernel calls are
-    resolved through the module's globals, so they must all be dispatchers first)."""
-    with _lock:
-        if all(_is_dispatcher(globals()[name]) for name in _plain):
-            return
-        from numba import njit
-
-        jit = njit(cache=True, nogil=True, error_model="numpy")
-        dispatchers = {name: jit(fn) for name, fn in _plain.items()}
-        globals().update(dispatchers)
-
-
-def _is_dispatcher(obj: object) -> bool:
-    return hasattr(obj, "py_func")
-
-
-def _kernel(fn: Callable) -> Callable:
-    """Register `fn` as a kernel: plain Python on small inputs, compiled otherwise."""
-    _plain[fn.__name__] = fn
-
-    @functools.wraps(fn)
-    def run(*args):
-        rows = max((len(a) for a in args if isinstance(a, np.ndarray)), default=0)
-        if rows < PLAIN_BELOW:
-            with np.errstate(all="ignore"):  # IEEE inf/NaN, as error_model="numpy"
-                return fn(*args)
-        _compile_all()
-        return globals()[fn.__name__](*args)
-
-    return run
-
-
-@_kernel
+@jit
 def discounted_returns(reward: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, gamma: float) -> np.ndarray:
     """G_t = r_t + γ·G_{t+1} backwards within each trajectory, G = r at its last step.
 
@@ -81,7 +40,7 @@ def discounted_returns(reward: np.ndarray, traj_start: np.ndarray, traj_len: np.
     return out
 
 
-@_kernel
+@jit
 def group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions grouped by code (groups in code order), ascending by value within a group;
     and the size of each group. The same as np.lexsort((values, codes)) up to the order of
@@ -120,7 +79,7 @@ def group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np
     return order, count
 
 
-@_kernel
+@jit
 def shifted_moments(
     xs: np.ndarray, count: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -173,7 +132,7 @@ def shifted_moments(
     return dev, m2, scale, lo, hi
 
 
-@_kernel
+@jit
 def normalize_in_groups(
     values: np.ndarray, codes: np.ndarray, n_codes: int, normalize_by_std: bool, eps: float
 ) -> tuple[np.ndarray, int, int]:
@@ -227,7 +186,7 @@ def normalize_in_groups(
     return out, n_singleton, n_constant
 
 
-@_kernel
+@jit
 def standardize_in_scopes(
     values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool, floor: float
 ) -> tuple[np.ndarray, int]:
@@ -269,7 +228,7 @@ def standardize_in_scopes(
     return z, n_flat
 
 
-@_kernel
+@jit
 def sorted_runs(key: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Runs of equal keys in sorted order. order: int64 [N], positions sorted by key.
     Returns (run int64 [N]: run number of each position, numbered in sorted order; rows and
@@ -295,7 +254,7 @@ def sorted_runs(key: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndar
     return run, rows[:p], reps[:p]
 
 
-@_kernel
+@jit
 def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes: int) -> np.ndarray:
     """Codes renumbered 0..K'−1 in order of each code's smallest `position` (a permutation of
     0..N−1): the numbering a reader sees walking the rows in that order. Unused codes are
@@ -322,67 +281,7 @@ def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes:
     return out
 
 
-@_kernel
-def place_rows(traj: np.ndarray, step: np.ndarray, n_traj: int) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
-    """Rows ordered by (trajectory code, step): order[start[t] + s] = the row of step s of
-    trajectory t. ok is False as soon as a step is outside 0..len−1 or taken twice (then
-    `order` is incomplete and the caller reports the offending rows its own way).
-    Returns (ok, order int64 [N], start, length int64 [T])."""
-    n = len(traj)
-    length = np.zeros(n_traj, dtype=np.int64)
-    for i in range(n):
-        length[traj[i]] += 1
-    start = np.empty(n_traj, dtype=np.int64)
-    acc = 0
-    for t in range(n_traj):
-        start[t] = acc
-        acc += length[t]
-    order = np.full(n, -1, dtype=np.int64)
-    for i in range(n):
-        t = traj[i]
-        s = step[i]
-        if s < 0 or s >= length[t]:
-            return False, order, start, length
-        p = start[t] + s
-        if order[p] >= 0:
-            return False, order, start, length
-        order[p] = i
-    return True, order, start, length
-
-
-@_kernel
-def trajectory_rules(
-    order: np.ndarray, start: np.ndarray, length: np.ndarray, group: np.ndarray,
-    episode_reward: np.ndarray, done: np.ndarray,
-) -> tuple[bool, bool, bool, np.ndarray]:
-    """The per-trajectory rules on rows in file order, visited through `order`: episode_reward
-    constant (skipped when empty), done only on the last step (skipped when empty), one group.
-    Returns (episode_reward ok, done ok, group ok, group of each trajectory int64 [T])."""
-    n_traj = len(start)
-    er_ok = True
-    done_ok = True
-    group_ok = True
-    traj_group = np.empty(n_traj, dtype=np.int64)
-    check_er = len(episode_reward) > 0
-    check_done = len(done) > 0
-    for t in range(n_traj):
-        a = start[t]
-        b = a + length[t]
-        first = order[a]
-        g = group[first]
-        traj_group[t] = g
-        for p in range(a, b):
-            row = order[p]
-            if group[row] != g:
-                group_ok = False
-            if check_er and episode_reward[row] != episode_reward[first]:
-                er_ok = False
-            if check_done and p < b - 1 and done[row]:
-                done_ok = False
-    return er_ok, done_ok, group_ok, traj_group
-
-
-@_kernel
+@jit
 def trajectory_sums(
     x: np.ndarray, u: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -413,8 +312,7 @@ def trajectory_sums(
 def warm_up() -> None:
     """Compile (the first time) or load every kernel's machine code, calling each with tiny
     inputs of the types the library passes. `gaca advantages` runs this in a background
-    thread while it reads a large log, so numba's start-up overlaps the read."""
-    _compile_all()
+    thread while it reads the log, so numba's start-up overlaps the read."""
     f = np.zeros(2)
     i = np.zeros(2, dtype=np.int64)
     start = np.zeros(1, dtype=np.int64)
@@ -425,7 +323,4 @@ def warm_up() -> None:
     standardize_in_scopes(f, i, 1, False, 1e-8)
     sorted_runs(np.zeros(2, dtype=np.uint64), np.arange(2, dtype=np.int64))
     renumber_by_first_position(i, np.arange(2, dtype=np.int64), 1)
-    _, order, starts, lengths = place_rows(i, np.arange(2, dtype=np.int64), 1)
-    trajectory_rules(order, starts, lengths, i, f, np.zeros(2, dtype=bool))
-    trajectory_rules(order, starts, lengths, i, np.zeros(0), np.zeros(0))
     trajectory_sums(f, f, start, length, 0.0, 0.0)

@@ -3,7 +3,7 @@
 The twins below are the pure-numpy code that shipped before the kernels (git 314a8e2~1:
 gaca_cli/estimators.py `discounted_returns`, `_order_by_code_then_value`, `_moments`,
 `normalize_in_groups`, `standardize_in_scopes`; gaca_cli/grouping.py `equal_key_codes`,
-`_renumber_by_first_appearance`; gaca_cli/checks.py `_structure_checks`), ported here
+`_renumber_by_first_appearance`), ported here
 unchanged in their arithmetic, plus plain-Python loops where numpy has no direct form
 (group order, renumbering by first position). kernels.py promises the same floating-point
 operations in the same order, so float results are compared bit for bit: equal NaN
@@ -33,26 +33,10 @@ HYPOTHESIS = settings(
     deadline=None,
     derandomize=True,
     database=None,
-    # the kernel_mode fixture only swaps functions; nothing to reset between examples
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 
-@pytest.fixture(autouse=True, params=["plain", "compiled"])
-def kernel_mode(request, monkeypatch):
-    """Every test runs twice: with the kernels compiled by numba, and as the plain Python
-    functions that small logs run (kernels.PLAIN_BELOW); both must give the twins' bits."""
-    if request.param == "compiled":
-        kernels._compile_all()
-    else:
-        for name, fn in kernels._plain.items():
-
-            def plain(*args, _fn=fn):
-                with np.errstate(all="ignore"):
-                    return _fn(*args)
-
-            monkeypatch.setattr(kernels, name, plain)  # nested kernel calls go plain too
-    return request.param
 SEEDS = range(6)
 SIZES = (0, 1, 2, 7, 60, 400)
 
@@ -234,41 +218,6 @@ def twin_renumber(codes, position, n_codes) -> np.ndarray:
     new = np.full(n_codes, -1, dtype=np.int64)
     new[used] = rank[first[used]]
     return new[codes]
-
-
-def twin_place_rows(traj, step, n_traj):
-    """Old checks._structure_checks, its placement step: (ok, order, starts, lengths)."""
-    n = len(step)
-    lengths = np.bincount(traj, minlength=n_traj).astype(np.int64)
-    starts = np.cumsum(lengths) - lengths
-    in_range = (step >= 0) & (step < lengths[traj])
-    pos = starts[traj] + np.where(in_range, step, 0)
-    occupancy = np.bincount(pos[in_range], minlength=n)
-    duplicate = in_range & (occupancy[pos] > 1)
-    if duplicate.any() or not in_range.all():
-        return False, None, starts, lengths
-    order = np.empty(n, dtype=np.int64)
-    order[pos] = np.arange(n, dtype=np.int64)
-    return True, order, starts, lengths
-
-
-def twin_trajectory_rules(order, starts, lengths, group, episode_reward, done):
-    """Old checks._structure_checks, its per-trajectory rules."""
-    n_traj = len(starts)
-    traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
-    er_ok = done_ok = True
-    if len(episode_reward):
-        er = episode_reward[order]
-        er_ok = not (er != er[starts][traj_by_pos]).any()
-    if len(done):
-        last = np.zeros(len(order), dtype=bool)
-        last[order[starts + lengths - 1]] = True
-        done_ok = not (done.astype(bool) & ~last).any()
-    traj_group = group[order[starts]]
-    traj_of_row = np.empty(len(order), dtype=np.int64)
-    traj_of_row[order] = traj_by_pos
-    group_ok = not (group != traj_group[traj_of_row]).any()
-    return er_ok, done_ok, group_ok, traj_group
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -654,128 +603,6 @@ def test_renumber_by_first_position(seed, n, n_codes):
         assert sorted(set(got.tolist())) == list(range(len(set(codes.tolist()))))  # unused skipped
 
 
-# ------------------------------------------------------------------------------ place_rows
-
-
-def shuffled_log(rng: np.random.Generator, n_traj: int, max_len: int, unused: int = 0):
-    """(traj, step, n_traj) for valid trajectories, rows shuffled; `unused` extra codes."""
-    traj, _, length = trajectories(rng, n_traj, max_len)
-    step = np.concatenate([np.arange(k, dtype=np.int64) for k in length]) if n_traj else np.zeros(0, np.int64)
-    perm = rng.permutation(len(traj))
-    return traj[perm].copy(), step[perm].copy(), n_traj + unused
-
-
-def check_place_rows(traj, step, n_traj):
-    ok, order, start, length = kernels.place_rows(traj, step, n_traj)
-    t_ok, t_order, t_start, t_length = twin_place_rows(traj, step, n_traj)
-    assert bool(ok) == t_ok
-    np.testing.assert_array_equal(start, t_start, strict=True)
-    np.testing.assert_array_equal(length, t_length, strict=True)
-    if t_ok:
-        np.testing.assert_array_equal(order, t_order, strict=True)
-        np.testing.assert_array_equal(traj[order], np.repeat(np.arange(len(length)), length))
-        np.testing.assert_array_equal(step[order], np.arange(len(order)) - np.repeat(start, length))
-    return bool(ok), order, start, length
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n_traj,max_len,unused", [(0, 1, 0), (0, 1, 2), (1, 1, 0), (4, 1, 1), (1, 40, 0), (30, 8, 3)])
-def test_place_rows_valid(seed, n_traj, max_len, unused):
-    traj, step, n = shuffled_log(np.random.default_rng(seed), n_traj, max_len, unused)
-    ok, *_ = check_place_rows(traj, step, n)
-    assert ok
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("fault", ["duplicate", "gap", "negative", "too_large", "last_row_too_large"])
-def test_place_rows_faults(seed, fault):
-    rng = np.random.default_rng(seed)
-    traj, step, n_traj = shuffled_log(rng, 12, 6)
-    i = int(rng.integers(len(step)))
-    if fault == "duplicate":  # another row of the same trajectory takes this step too
-        mates = np.flatnonzero((traj == traj[i]) & (np.arange(len(traj)) != i))
-        if len(mates) == 0:
-            traj = np.append(traj, traj[i])
-            step = np.append(step, step[i])
-        else:
-            step[mates[0]] = step[i]
-    elif fault == "gap":  # steps 0..k−2 and k: the last step moves one further
-        last = np.flatnonzero(traj == traj[i])
-        step[last[np.argmax(step[last])]] += 1
-    elif fault == "negative":
-        step[i] = -1
-    elif fault == "too_large":
-        step[i] = np.sum(traj == traj[i]) + 5
-    else:
-        i = len(step) - 1
-        step[i] = np.sum(traj == traj[i])
-    ok, *_ = check_place_rows(traj, step, n_traj)
-    assert not ok
-
-
-# ------------------------------------------------------------------------------ trajectory_rules
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(
-    "fault", ["none", "episode_reward", "episode_reward_nan", "done_early", "done_twice", "two_groups", "all"]
-)
-def test_trajectory_rules(seed, fault):
-    rng = np.random.default_rng(seed)
-    traj, step, n_traj = shuffled_log(rng, 10, 5)
-    ok, order, start, length = kernels.place_rows(traj, step, n_traj)
-    assert ok
-    traj_group_true = rng.integers(0, 3, size=n_traj).astype(np.int64)
-    group = traj_group_true[traj]
-    er = rng.normal(size=n_traj)[traj]
-    done = step == (length[traj] - 1)
-    long_rows = np.flatnonzero(length[traj] > 1)
-    i = int(rng.choice(long_rows))
-    if fault in ("episode_reward", "all"):
-        er[i] += 1.0
-    if fault == "episode_reward_nan":
-        er[i] = np.nan
-    if fault in ("done_early", "all"):
-        done[np.flatnonzero((traj == traj[i]) & (step == 0))] = True
-    if fault == "done_twice":
-        done[np.flatnonzero((traj == traj[i]) & (step == length[traj[i]] - 2))] = True
-    if fault in ("two_groups", "all"):
-        group[i] = (group[i] + 1) % 3
-    got = kernels.trajectory_rules(order, start, length, group, er, done)
-    expected = twin_trajectory_rules(order, start, length, group, er, done)
-    assert tuple(map(bool, got[:3])) == expected[:3]
-    np.testing.assert_array_equal(got[3], expected[3], strict=True)
-    broken = {
-        "none": (True, True, True),
-        "episode_reward": (False, True, True),
-        "episode_reward_nan": (False, True, True),
-        "done_early": (True, False, True),
-        "done_twice": (True, False, True),
-        "two_groups": (True, True, False),
-        "all": (False, False, False),
-    }[fault]
-    assert tuple(map(bool, got[:3])) == broken
-    if fault != "two_groups" and fault != "all":
-        np.testing.assert_array_equal(got[3], traj_group_true)
-    # empty episode_reward / done arrays skip those rules, whatever the rows hold
-    empty = np.zeros(0)
-    skipped = kernels.trajectory_rules(order, start, length, group, empty, empty)
-    assert tuple(map(bool, skipped[:3])) == (True, True, broken[2])
-    np.testing.assert_array_equal(skipped[3], got[3], strict=True)
-
-
-def test_trajectory_rules_one_step_trajectories():
-    """One-step trajectories: done may be true; any reward is constant; the group is its row's."""
-    traj = np.array([2, 0, 1], dtype=np.int64)
-    step = np.zeros(3, dtype=np.int64)
-    ok, order, start, length = kernels.place_rows(traj, step, 3)
-    assert ok and order.tolist() == [1, 2, 0]
-    group = np.array([7, 5, 6], dtype=np.int64)
-    got = kernels.trajectory_rules(order, start, length, group, np.array([1.0, 2.0, 3.0]), np.ones(3, dtype=bool))
-    assert tuple(map(bool, got[:3])) == (True, True, True)
-    assert got[3].tolist() == [5, 6, 7]
-
-
 # ------------------------------------------------------------------------------ trajectory_sums
 
 
@@ -803,24 +630,7 @@ def test_trajectory_sums_match_numpy(seed):
         assert_bits(a, e, name)
 
 
-def test_warm_up_runs_every_kernel(kernel_mode):
-    """kernels.warm_up (run in a background thread by `gaca advantages` while it reads a large
-    log) compiles or loads every kernel and calls it once without error."""
-    if kernel_mode == "compiled":
-        kernels.warm_up()
-        assert all(kernels._is_dispatcher(getattr(kernels, name)) for name in kernels._plain)
-
-
-def test_small_inputs_run_plain_and_large_ones_compiled():
-    """The dispatch of an uncompiled kernel: below PLAIN_BELOW rows the function as written,
-    from PLAIN_BELOW on numba (and from then on every kernel is compiled); same bits."""
-    rng = np.random.default_rng(0)
-    n = kernels.PLAIN_BELOW
-    reward = rng.standard_normal(n)
-    start, length = np.array([0, n // 2]), np.array([n // 2, n - n // 2])
-    wrapper = kernels._kernel(kernels._plain["discounted_returns"])  # a fresh, uncompiled entry point
-    small = wrapper(reward[:10], np.array([0]), np.array([10]), 0.9)
-    assert_bits(small, kernels._plain["discounted_returns"](reward[:10], np.array([0]), np.array([10]), 0.9))
-    large = wrapper(reward, start, length, 0.9)
-    assert kernels._is_dispatcher(kernels.discounted_returns)
-    assert_bits(large, kernels._plain["discounted_returns"](reward, start, length, 0.9))
+def test_warm_up_runs_every_kernel():
+    """kernels.warm_up (run in a background thread by `gaca advantages` while it reads the
+    log) calls every kernel once without error."""
+    kernels.warm_up()

@@ -160,7 +160,7 @@ for argv in json.loads(sys.argv[1]):
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"torch", "transformers", "peft", "accelerate", "numba"})
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in {"torch", "transformers", "peft", "accelerate"})
     results.append({"argv": argv, "code": code, "heavy": heavy[:5]})
 with open(sys.argv[2], "w") as f:
     json.dump(results, f)
@@ -169,8 +169,7 @@ with open(sys.argv[2], "w") as f:
 
 def test_light_commands_do_not_import_torch(tmp_path):
     """--help, advantages (every method), validate and inspect --help in one fresh interpreter:
-    after each, neither torch nor transformers is in sys.modules, nor numba (a log this small
-    runs the kernels as plain Python, see kernels.PLAIN_BELOW)."""
+    after each, neither torch nor transformers is in sys.modules."""
     out = tmp_path / "adv.parquet"
     runs = [
         ["--help"],
@@ -208,3 +207,15 @@ def test_help_does_not_import_numba_pyarrow_or_polars():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", proc.stdout
+
+
+def test_validate_does_not_import_numba():
+    """Checking a log uses numpy only: `gaca validate` never pays numba's start-up."""
+    code = (
+        "import sys\nfrom gaca_cli.cli import app\n"
+        f"try:\n    app(args=['validate', {str(EXAMPLE_LOG)!r}], prog_name='gaca')\nexcept SystemExit:\n    pass\n"
+        "print('numba' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout
