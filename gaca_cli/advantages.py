@@ -27,13 +27,13 @@ _DICTIONARY_COLUMNS = (C.ADV_METHOD, C.GROUP_ID, C.TRAJ_ID, C.SUCCESS, C.DONE)
 def columns_read(config: AdvantagesConfig, names: Sequence[str]) -> list[str]:
     """The input columns `gaca advantages` reads: the required ones, every column with a value
     rule of log-schema.md (done, episode_reward, behavior_logprobs and action_token_ids, the
-    NLL columns) and, for gigpo and gaca, the anchor. Text the method does not use (prompts,
-    actions, observations; anchors for grpo) is type-checked from the file's schema, stays
-    on disk, and is carried to the output as it is."""
+    NLL columns) and the anchor (used by gigpo and gaca; the anchor warnings for every method).
+    Text it does not use (prompts, actions, observations) stays on disk: its type is checked
+    from the files' footers and its nulls from their null counts (see checks._column_checks),
+    and it is carried to the output as it is."""
     wanted = [C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.REWARD, C.DONE, C.EPISODE_REWARD]
     wanted += [C.BEHAVIOR_LOGPROBS, C.ACTION_TOKEN_IDS, C.NLL_MEAN, C.NLL_SUM]
-    if config.method in ("gigpo", "gaca"):
-        wanted.append(C.ANCHOR_KEY if C.ANCHOR_KEY in names else C.ANCHOR_OBS)
+    wanted.append(C.ANCHOR_KEY if C.ANCHOR_KEY in names else C.ANCHOR_OBS)  # grpo too: its warnings
     return [n for n in wanted if n in names]
 
 

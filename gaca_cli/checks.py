@@ -145,8 +145,10 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
     """Presence, types, nulls and finiteness, column by column. Returns the columns that broke
     a rule (later checks leave them alone) and whether a required column is unusable.
 
-    Types are checked for every column of the files; the value rules for the columns that
-    were read (a command reads the columns it uses, see `gaca_cli.advantages.columns_read`)."""
+    Types are checked for every column of the files. A column that was not read (a command
+    reads the columns it uses, see `gaca_cli.advantages.columns_read`) is still checked for
+    nulls, from the null counts in the files' footers when they have them, else by reading
+    that column alone."""
     table = log.table
     schema = log.file_schema
     bad: set[str] = set()
@@ -167,6 +169,11 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
             fatal |= spec.required
             continue
         if spec.name not in table.column_names:
+            if not spec.nullable and log.null_count(spec.name) != 0:
+                nulls = _null_rows(log.read_column(spec.name))
+                if len(nulls):
+                    out.violations.append(_violation(log, spec.name, "must not be null", nulls))
+                    bad.add(spec.name)
             continue
         col = table.column(spec.name)
         if not spec.nullable:

@@ -60,12 +60,14 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty
     dictionaries: list[pa.Array] = []
     offset_of: dict[tuple, int] = {}  # the chunks of one row group share their dictionary
+    seen: list[pa.Array] = []  # keeps every dictionary alive, so no buffer address is reused
     entries_parts: list[np.ndarray] = []
     total = 0
     for chunk in chunks:
         if not pa.types.is_dictionary(chunk.type):
             chunk = pc.dictionary_encode(chunk)
         d = chunk.dictionary
+        seen.append(d)
         key = (tuple(0 if b is None else b.address for b in d.buffers()), d.offset, len(d))
         if key not in offset_of:
             offset_of[key] = total

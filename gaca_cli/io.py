@@ -36,6 +36,41 @@ class Log:
     partial: bool = False  # only some columns were read
     cache: dict = field(default_factory=dict, compare=False, repr=False)  # values derived from the table
 
+    def null_count(self, column: str) -> int | None:
+        """Nulls in a column of the files, from their footers' statistics without reading it;
+        None when a file or row group does not record it (or the log is a directory)."""
+        if not self.plain_files:
+            return None
+        name = self.original_name(column)
+        total = 0
+        for path in self.files:
+            meta = pq.read_metadata(path)
+            names = meta.schema.to_arrow_schema().names
+            if name not in names:
+                total += meta.num_rows  # missing in this file: null in all its rows
+                continue
+            leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == name]
+            if len(leaves) != 1:  # nested: the leaf counts are not the column's nulls
+                return None
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(leaves[0]).statistics
+                if stats is None or not stats.has_null_count:
+                    return None
+                total += stats.null_count
+        return total
+
+    def read_column(self, column: str) -> pa.ChunkedArray:
+        """One column of the log, in row order, read on its own (nulls for files without it)."""
+        name = self.original_name(column)
+        chunks = []
+        for path in self.files:
+            schema = pq.read_schema(path)
+            if name in schema.names:
+                chunks += pq.read_table(path, columns=[name]).column(0).chunks
+            else:
+                chunks.append(pa.nulls(pq.read_metadata(path).num_rows, self.file_schema.field(column).type))
+        return pa.chunked_array(chunks, type=chunks[0].type if chunks else None)
+
     def cached(self, key: object, make: Callable[[], object]) -> object:
         """`make()`, computed once per log (e.g. a column converted for polars)."""
         if key not in self.cache:
@@ -104,18 +139,62 @@ def _read_file(
         names = schema.names if columns is None else [c for c in schema.names if c in set(columns)]
         dict_cols = [c for c in dictionary if c in names and _is_plain_text(schema.field(c).type)]
         pl_cols = [c for c in via_polars if c in names and c not in dict_cols and _is_plain_text(schema.field(c).type)]
+        if pl_cols and not all(_polars_reads(field.type) for field in schema):
+            pl_cols = []  # polars parses every column's type, and panics on some it lacks
         table = pq.read_table(path, columns=[c for c in names if c not in pl_cols], read_dictionary=dict_cols or None)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
     if pl_cols:
-        import polars as pl
-
-        frame = pl.read_parquet(path, columns=pl_cols, glob=False, hive_partitioning=False)
-        views = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+        views = _read_with_polars(path, pl_cols)
+        if views is None:  # a file polars cannot read: pyarrow reads it (or names the problem)
+            try:
+                views = pq.read_table(path, columns=pl_cols)
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+                raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
         for name in pl_cols:
             table = table.append_column(name, views.column(name))
         table = table.select(names)
     return table
+
+
+def _polars_reads(t: pa.DataType) -> bool:
+    """Types polars' Parquet reader knows (it parses all of a file's types, even of columns it
+    does not read); anything else (list views, unions, run-end encoding, extensions) is left
+    to pyarrow."""
+    if isinstance(t, pa.ExtensionType):
+        return False
+    if pa.types.is_dictionary(t):
+        return _polars_reads(t.value_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _polars_reads(t.value_type)
+    if pa.types.is_map(t):
+        return _polars_reads(t.key_type) and _polars_reads(t.item_type)
+    if pa.types.is_struct(t):
+        return all(_polars_reads(t.field(i).type) for i in range(t.num_fields))
+    return any(
+        check(t)
+        for check in (
+            pa.types.is_null, pa.types.is_boolean, pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
+            pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
+            pa.types.is_large_binary, pa.types.is_binary_view, pa.types.is_fixed_size_binary, pa.types.is_date,
+            pa.types.is_timestamp, pa.types.is_time, pa.types.is_duration,
+        )
+    )
+
+
+def _read_with_polars(path: str, columns: Sequence[str]) -> pa.Table | None:
+    """`columns` of one file read by polars, as string views; None when polars cannot read
+    the file (a type it does not know in another column, a damaged page: its Rust panics
+    surface as BaseException)."""
+    import polars as pl
+
+    try:
+        frame = pl.read_parquet(path, columns=list(columns), glob=False, hive_partitioning=False)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - polars' PanicException derives from BaseException
+        return None
+    return frame.to_arrow(compat_level=pl.CompatLevel.newest())
 
 
 def _dataset(path: str) -> ds.Dataset:
@@ -331,34 +410,15 @@ def write_parquet_atomic(
         for name, col in zip(table.column_names, table.columns)
         if name in dictionary_columns or pa.types.is_dictionary(col.type)
     ]
-    # min/max statistics help readers skip row groups by id, step or number; on free
-    # text they cost write time and help nobody
-    statistics = [
-        name
-        for name, col in zip(table.column_names, table.columns)
-        if not (_is_texty(col.type) and name not in dictionary)
-    ]
+    # statistics on every column: min/max help readers skip row groups, and their null
+    # counts let the next command check a column it does not read without reading it
     with atomic_path(out) as tmp:
         pq.write_table(
             table,
             tmp,
             compression="zstd",
             use_dictionary=dictionary or False,
-            write_statistics=statistics or False,
         )
-
-
-def _is_texty(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_string_view(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_struct(t)
-    )
 
 
 def _umask() -> int:

@@ -425,26 +425,42 @@ def test_columns_read_by_each_method(rich_log, method):
     names = set(log.table.column_names)
     assert {C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.REWARD, C.DONE, C.BEHAVIOR_LOGPROBS} <= names
     assert not names & {C.PROMPT, C.ACTION, "info", "tag"}
-    assert (C.ANCHOR_OBS in names) == (method != "grpo")
+    assert C.ANCHOR_OBS in names  # gigpo/gaca use it; grpo reports its warnings
     assert set(log.file_schema.names) == set(pq.read_schema(rich_log).names)  # every column's type known
 
 
-def test_null_prompt_is_not_read_by_advantages_but_fails_validate(tmp_path, example_table, write_paths):
+@pytest.mark.parametrize("statistics", [True, False])
+def test_null_prompt_is_an_error_without_reading_the_prompts(tmp_path, example_table, write_paths, statistics, monkeypatch):
+    """advantages does not read the prompts, yet runs the same null check as validate: from
+    the footer's null counts when the file has statistics (the column is then never read),
+    else by reading that column alone. One Error line naming the rows, no output."""
     prompts = example_table[C.PROMPT].to_pylist()
     prompts[3] = prompts[10] = None
     table = example_table.set_column(
         example_table.schema.get_field_index(C.PROMPT), C.PROMPT, pa.array(prompts, pa.large_string())
     )
     src = tmp_path / "nulls.parquet"
-    pq.write_table(table, src)
+    pq.write_table(table, src, write_statistics=statistics)
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(example_table, clean, write_statistics=statistics)
     for method in METHODS:
         out = tmp_path / f"{method}.parquet"
-        run_ok("advantages", src, "--method", method, "-o", out)
-        assert pq.read_table(out)[C.PROMPT].to_pylist() == prompts
-    assert write_paths == ["spliced"] * 3
+        res = invoke("advantages", src, "--method", method, "-o", out)
+        assert res.exit_code == 1, res.output
+        lines = error_lines(res)
+        assert len(lines) == 1 and "'prompt'" in lines[0] and "null" in lines[0], res.stderr
+        assert not out.exists()
     res = invoke("validate", src)
     assert res.exit_code == 1, res.output
     assert "prompt" in res.output and "null" in res.output
+    # with statistics a clean log's prompts are never read
+    from gaca_cli.io import Log
+
+    reads = []
+    original = Log.read_column
+    monkeypatch.setattr(Log, "read_column", lambda self, column: reads.append(column) or original(self, column))
+    run_ok("advantages", clean, "--method", "gaca", "-o", tmp_path / "clean-out.parquet")
+    assert (C.PROMPT in reads) == (not statistics)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -477,7 +493,7 @@ def test_grpo_needs_no_anchor(tmp_path, example_table, write_paths):
     assert len(error_lines(res)) == 1 and "anchor" in error_lines(res)[0], res.stderr
 
 
-def test_null_anchor_is_ignored_by_grpo_and_an_error_for_gigpo_and_gaca(tmp_path, example_table, write_paths):
+def test_null_anchor_is_an_error_for_every_method(tmp_path, example_table, write_paths):
     anchors = example_table[C.ANCHOR_OBS].to_pylist()
     anchors[5] = None
     table = example_table.set_column(
@@ -485,17 +501,14 @@ def test_null_anchor_is_ignored_by_grpo_and_an_error_for_gigpo_and_gaca(tmp_path
     )
     src = tmp_path / "null-anchor.parquet"
     pq.write_table(table, src)
-    out = tmp_path / "grpo.parquet"
-    run_ok("advantages", src, "--method", "grpo", "-o", out)
-    assert pq.read_table(out)[C.ANCHOR_OBS].to_pylist() == anchors
-    for method in ("gigpo", "gaca"):
+    for method in METHODS:
         bad_out = tmp_path / f"{method}.parquet"
         res = invoke("advantages", src, "--method", method, "-o", bad_out)
         assert res.exit_code == 1, res.output
         lines = error_lines(res)
         assert len(lines) == 1 and "'anchor_obs'" in lines[0], res.stderr
         assert not bad_out.exists()
-    assert write_paths == ["spliced"]
+    assert write_paths == []
 
 
 # --------------------------------------------------------------------------- 9. row order
@@ -600,13 +613,11 @@ def test_directory_whose_second_file_has_an_extra_column_keeps_it(tmp_path, exam
 
 
 def test_anchor_key_wins_and_anchor_obs_is_not_read(tmp_path, example_table, write_paths):
-    """With anchor_key present, gigpo reads it and not anchor_obs: a null observation is no error."""
+    """With anchor_key present, gigpo reads it and not anchor_obs (whose nulls are still
+    checked, from the footer)."""
     codes = pc.cast(pc.binary_length(example_table[C.ANCHOR_OBS]), pa.int64())  # any stable key
     anchors = example_table[C.ANCHOR_OBS].to_pylist()
-    anchors[0] = None
-    table = example_table.set_column(
-        example_table.schema.get_field_index(C.ANCHOR_OBS), C.ANCHOR_OBS, pa.array(anchors, pa.large_string())
-    ).append_column(C.ANCHOR_KEY, codes)
+    table = example_table.append_column(C.ANCHOR_KEY, codes)
     src, out = tmp_path / "keyed.parquet", tmp_path / "out.parquet"
     pq.write_table(table, src)
     log = read_for_advantages([str(src)], {}, AdvantagesConfig(method="gigpo"))
@@ -698,3 +709,15 @@ def test_mapping_an_output_name_as_input_is_a_clean_error(tmp_path, example_tabl
     assert res.exit_code == 1, res.output
     assert len(error_lines(res)) == 1 and f"'{C.ADVANTAGE}'" in res.output
     assert not out.exists()
+
+
+def test_a_column_type_polars_lacks_falls_back_to_pyarrow(tmp_path, example_table, write_paths):
+    """The anchor is read by polars, which parses every column's type: a file with a type it
+    lacks (here a list_view column) is read by pyarrow instead, and spliced as usual."""
+    table = example_table.append_column("lv", pa.array([[1, 2]] * example_table.num_rows, type=pa.list_view(pa.int64())))
+    src, out = tmp_path / "lv.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src)
+    run_ok("advantages", src, "--method", "gigpo", "-o", out)
+    assert write_paths == ["spliced"]
+    result = pq.read_table(out)
+    assert result.select(table.column_names).equals(table)
