@@ -96,16 +96,7 @@ def child_fast(log_path: str, out_path: str, method: str) -> dict:
     run = compute_advantages(log, config)
     t2 = time.perf_counter()
     how = write_annotated(run, out_path, [log_path], {})
-    t3 = time.perf_counter()
-    return {
-        "read_s": t1 - t0,
-        "compute_s": t2 - t1,
-        "write_s": t3 - t2,
-        "total_s": t3 - t0,
-        "cpu_s": time.process_time() - c0,
-        "rss_start_bytes": rss0,
-        "write": how,
-    }
+    return {**_phases(c0, rss0, t0, t1, t2, time.perf_counter()), "write": how}
 
 
 def child_baseline(log_path: str, out_path: str, method: str, style: str = "kind") -> dict:
@@ -126,7 +117,11 @@ def child_baseline(log_path: str, out_path: str, method: str, style: str = "kind
     out = out.append_column("adv_method", pa.array([method] * out.num_rows))
     t2 = time.perf_counter()
     pq.write_table(out, out_path, compression="zstd")
-    t3 = time.perf_counter()
+    return _phases(c0, rss0, t0, t1, t2, time.perf_counter())
+
+
+def _phases(c0: float, rss0: int, t0: float, t1: float, t2: float, t3: float) -> dict:
+    """A child's measurement: read t0..t1, compute t1..t2, write t2..t3, CPU since c0."""
     return {
         "read_s": t1 - t0,
         "compute_s": t2 - t1,

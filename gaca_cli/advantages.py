@@ -17,7 +17,7 @@ from gaca_cli.checks import StepIndex, anchor_column, anchor_series_of, prepare_
 from gaca_cli.errors import GacaError
 from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
 from gaca_cli.grouping import Anchors, first_appearance_codes, similarity_key_codes, step_group_codes
-from gaca_cli.io import Log, atomic_path, column_names, read_log, restore_column_names, write_parquet_atomic
+from gaca_cli.io import Log, atomic_path, read_log, restore_column_names, write_parquet_atomic
 
 
 #: low-cardinality columns worth dictionary-encoding when the whole table is rewritten
@@ -43,11 +43,10 @@ def read_for_advantages(
     """The columns of the log that `config`'s method reads (`columns_read`), ids read
     dictionary-encoded (cheap to rank) and anchor text by polars (hashed and compared there)."""
     threading.Thread(target=_warm_up_kernels, name="gaca-kernels", daemon=True).start()
-    names = column_names(paths, column_map)
     return read_log(
         paths,
         column_map,
-        columns=columns_read(config, names),
+        columns=lambda names: columns_read(config, names),
         dictionary=(C.GROUP_ID, C.TRAJ_ID),
         via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY),
     )

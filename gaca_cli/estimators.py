@@ -27,14 +27,6 @@ class ConfigError(ValueError):
         super().__init__(message)
 
 
-def _kernels():
-    """gaca_cli.kernels, imported when an estimator first runs: importing numba takes ~0.4 s,
-    which `gaca --help` and the option parsing should not pay."""
-    from gaca_cli import kernels
-
-    return kernels
-
-
 EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
 Z_STD_FLOOR = 1e-8  # z_t = 0 where the scope's population std is below this
 
@@ -163,9 +155,11 @@ def discounted_returns(reward: np.ndarray, traj: np.ndarray, n_traj: int, gamma:
     arithmetic as a plain loop (kernels.discounted_returns). reward: float64 [N] sorted by
     (traj, step); traj: int64 [N] non-decreasing. Returns float64 [N].
     """
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     length = np.bincount(traj, minlength=n_traj).astype(np.int64)
     start = np.cumsum(length) - length
-    return _kernels().discounted_returns(np.ascontiguousarray(reward, dtype=np.float64), start, length, float(gamma))
+    return kernels.discounted_returns(np.ascontiguousarray(reward, dtype=np.float64), start, length, float(gamma))
 
 
 def normalize_in_groups(
@@ -178,9 +172,11 @@ def normalize_in_groups(
     singleton groups, number of constant groups of size ≥ 2). Computed in one compiled pass
     (kernels.normalize_in_groups).
     """
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     values = np.ascontiguousarray(values, dtype=np.float64)
     codes = np.ascontiguousarray(codes, dtype=np.int64)
-    out, n_singleton, n_constant = _kernels().normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
+    out, n_singleton, n_constant = kernels.normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
     return out, int(n_singleton), int(n_constant)
 
 
@@ -196,9 +192,11 @@ def standardize_in_scopes(
     scope by scope in an order independent of the file (the steps of each trajectory), else
     they are visited in ascending value order. One compiled pass (kernels.standardize_in_scopes).
     """
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     values = np.ascontiguousarray(values, dtype=np.float64)
     codes = np.ascontiguousarray(codes, dtype=np.int64)
-    z, n_flat = _kernels().standardize_in_scopes(values, codes, n_codes, canonical, Z_STD_FLOOR)
+    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, canonical, Z_STD_FLOOR)
     return z, int(n_flat)
 
 

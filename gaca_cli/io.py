@@ -243,14 +243,15 @@ def read_metadata(path: str) -> dict[str, str]:
 def read_log(
     paths: Sequence[str | os.PathLike],
     column_map: Mapping[str, str] | None = None,
-    columns: Sequence[str] | None = None,
+    columns: Sequence[str] | Callable[[list[str]], Sequence[str]] | None = None,
     dictionary: Sequence[str] = (),
     via_polars: Sequence[str] = (),
 ) -> Log:
     """Read one or more Parquet files, globs or directories into one table.
 
     `column_map` maps canonical names to the names in the files (`--map NEW=OLD`).
-    `columns`, when given, limits reading to those canonical columns (missing ones are fine);
+    `columns`, when given, limits reading to those canonical columns (missing ones are fine),
+    or chooses them from the canonical names of every column of the files (a callable);
     `dictionary` and `via_polars` (canonical names) choose faster readers for text columns of
     plain files (see `_read_file`); values are the same either way, only the Arrow type differs.
     """
@@ -259,9 +260,12 @@ def read_log(
     def in_file(names: Sequence[str]) -> list[str]:
         return [column_map.get(c, c) for c in names]
 
+    inputs = expand_inputs(paths)
+    full_schema = None if columns is None else _file_schema(inputs)  # every column, from the footers
+    if callable(columns):
+        columns = columns(_mapped_names(full_schema.names, column_map))
     file_columns = None if columns is None else in_file(columns)
     parts: list[tuple[str, pa.Table]] = []
-    inputs = expand_inputs(paths)
     for path, is_dir in inputs:
         if is_dir:
             parts.extend(_read_directory(path, file_columns))
@@ -277,13 +281,13 @@ def read_log(
     if table.num_rows == 0:
         raise GacaError("the log has no rows", file=source)
     schema = None
-    if columns is None:
+    if full_schema is None:
         table, renamed = apply_column_map(table, column_map, source)
     else:
         # check --map against every column of the files, apply it to the columns read
-        schema, renamed = apply_column_map(_file_schema(inputs).empty_table(), column_map, source)
-        schema = schema.schema
-        table = table.rename_columns([_mapped_names([n], column_map)[0] for n in table.column_names])
+        mapped, renamed = apply_column_map(full_schema.empty_table(), column_map, source)
+        schema = mapped.schema
+        table = table.rename_columns(_mapped_names(table.column_names, column_map))
     metadata = read_metadata(files[0])
     table = table.replace_schema_metadata(None)
     return Log(
@@ -314,11 +318,6 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
         return pa.unify_schemas(schemas, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=inputs[0][0]) from None
-
-
-def column_names(paths: Sequence[str | os.PathLike], column_map: Mapping[str, str] | None = None) -> list[str]:
-    """The canonical names of every column of the log (from the files' footers; no data read)."""
-    return _mapped_names(_file_schema(expand_inputs(paths)).names, column_map or {})
 
 
 def _mapped_names(names: Sequence[str], column_map: Mapping[str, str]) -> list[str]:

@@ -51,6 +51,15 @@ DEFAULTS = {
 # --------------------------------------------------------------------------------------------
 
 
+def same_partition(a, b) -> bool:
+    """True when two labelings of the same rows group them identically (ids may differ)."""
+    forward, backward = {}, {}
+    for x, y in zip(a, b):
+        if forward.setdefault(x, y) != y or backward.setdefault(y, x) != x:
+            return False
+    return True
+
+
 def exact_sum(values) -> Fraction:
     total = Fraction(0)
     for v in values:

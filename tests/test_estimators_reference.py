@@ -22,21 +22,13 @@ from tests.reference import (
     reference_advantages,
     rows_to_table,
     run_fast,
+    same_partition,
     similarity,
 )
 
 RTOL = 1e-9
 METHODS = ("grpo", "gigpo", "gaca")
 FLOAT_COLUMNS = ("return_to_go", "adv_episode", "adv_step", "nll_z", "gaca_weight", "advantage")
-
-
-def same_partition(a, b) -> bool:
-    """True when two labelings of the same rows group them identically."""
-    forward, backward = {}, {}
-    for x, y in zip(a, b):
-        if forward.setdefault(x, y) != y or backward.setdefault(y, x) != x:
-            return False
-    return True
 
 
 def assert_matches(rows, params, scale: dict | None = None):

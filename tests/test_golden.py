@@ -39,6 +39,7 @@ import numpy as np
 import pytest
 
 from tests.record_golden import CASES, FIELDS, GOLDEN_DIR, TINY_LOG, compute
+from tests.reference import same_partition
 
 EPS = 1e-6
 ROWS = [f"{r[1]}/{r[2]}" for r in TINY_LOG]  # "a1/0", ... in log order
@@ -154,14 +155,6 @@ def test_gaca():
                         "b1/0": 1.625, "b1/1": 1, "b2/0": -1.25})
     check("gaca", {"return_to_go": RETURN_TO_GO, "adv_episode": ADV_E_MEAN, "adv_step": ADV_S_MEAN,
                    "step_group_size": STEP_GROUP_SIZE, "nll_z": z, "gaca_weight": lam, "advantage": advantage})
-
-
-def same_partition(a, b) -> bool:
-    forward, backward = {}, {}
-    for x, y in zip(a, b):
-        if forward.setdefault(x, y) != y or backward.setdefault(y, x) != x:
-            return False
-    return True
 
 
 def check(case: str, by_hand: dict):

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gaca_cli.errors import GacaError
-from tests.reference import random_rows, run_fast
+from tests.reference import random_rows, run_fast, same_partition
 
 METHODS = ("grpo", "gigpo", "gaca")
 FLOATS = ("return_to_go", "adv_episode", "adv_step", "nll_z", "gaca_weight", "advantage")
@@ -54,14 +54,6 @@ def assert_bit_equal(a: dict, b: dict, names=FLOATS + ("step_group_size",)):
     for name in names:
         if name in a or name in b:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name, strict=True)
-
-
-def same_partition(a, b) -> bool:
-    forward, backward = {}, {}
-    for x, y in zip(a, b):
-        if forward.setdefault(x, y) != y or backward.setdefault(y, x) != x:
-            return False
-    return True
 
 
 def case(seed: int, method: str, **shape):
