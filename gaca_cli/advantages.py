@@ -13,10 +13,10 @@ import pyarrow.compute as pc
 
 from gaca_cli import __version__
 from gaca_cli import columns as C
-from gaca_cli.checks import StepIndex, anchor_column, anchor_series_of, prepare_log
+from gaca_cli.checks import StepIndex, anchor_column, anchor_warnings, anchors_of, prepare_log
 from gaca_cli.errors import GacaError
-from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
-from gaca_cli.grouping import Anchors, first_appearance_codes, similarity_key_codes, step_group_codes
+from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays, trajectory_totals
+from gaca_cli.grouping import plain, similarity_key_codes, step_group_codes
 from gaca_cli.io import Log, atomic_path, read_log, restore_column_names, write_parquet_atomic
 
 
@@ -69,16 +69,13 @@ class AdvantagesRun:
     new_columns: pa.Table  # the method's columns, rows in the file's order
     metadata: dict[str, str]  # Parquet key/value metadata to write
     summary: dict  # JSON-ready run summary
-    result: Advantages  # per-row arrays in `index` order (trajectories in file order)
+    result: Advantages  # per-row arrays, rows in the file's order
     index: StepIndex
 
     def result_at(self, rows: np.ndarray) -> Advantages:
         """The per-row arrays of `result` at the given file rows (e.g. another index's order)."""
-        where = np.empty(self.index.n_rows, dtype=np.int64)
-        where[self.index.order] = np.arange(self.index.n_rows, dtype=np.int64)
-        pick = where[rows]
         arrays = {
-            f.name: (getattr(self.result, f.name)[pick] if isinstance(getattr(self.result, f.name), np.ndarray)
+            f.name: (getattr(self.result, f.name)[rows] if isinstance(getattr(self.result, f.name), np.ndarray)
                      else getattr(self.result, f.name))
             for f in fields(Advantages)
         }
@@ -91,19 +88,20 @@ class AdvantagesRun:
         return annotated_table(self.log.table, self.log.renamed, self.new_columns, self.log.source)
 
 
-def _float_column(log: Log, index: StepIndex, name: str) -> np.ndarray:
-    return index.sorted_floats(log.table, name)
+def _floats(log: Log, name: str) -> np.ndarray:
+    """A numeric column as float64 [N] in file order (nulls become NaN)."""
+    return log.table.column(name).cast(pa.float64()).to_numpy()
 
 
-def criticality(log: Log, index: StepIndex, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
-    """u_t in canonical order (NaN = no action tokens) and the column it came from."""
+def criticality(log: Log, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
+    """u_t per row, in file order (NaN = no action tokens), and the column it came from."""
     table = log.table
     wanted = C.NLL_MEAN if config.nll_reduce == "mean" else C.NLL_SUM
     if wanted in table.column_names:
-        return _float_column(log, index, wanted), wanted
+        return _floats(log, wanted), wanted
     has_nll = C.NLL_MEAN in table.column_names or C.NLL_SUM in table.column_names
     if not has_nll and C.BEHAVIOR_LOGPROBS in table.column_names:
-        lists = index.sorted_column(table, C.BEHAVIOR_LOGPROBS)
+        lists = plain(table.column(C.BEHAVIOR_LOGPROBS))
         n = len(lists)
         lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         flat = pc.list_flatten(lists).cast(pa.float64()).to_numpy(zero_copy_only=False)
@@ -121,41 +119,48 @@ def criticality(log: Log, index: StepIndex, config: AdvantagesConfig) -> tuple[n
     )
 
 
-def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Step groups of every row in index order: (codes for the maths, numbered so that each
-    episode group's codes stay together in memory; the step_group_id written out: dense,
-    numbered by first appearance in canonical (group_id, traj_id, step_idx) order, i.e. by
-    episode group and then first step, so it does not depend on the order of rows)."""
-    name = anchor_column(log.table)
+def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> np.ndarray:
+    """Step-group codes of every row (file order), numbered by first appearance in canonical
+    (group_id, traj_id, step_idx) order, i.e. by episode group and then first step: the
+    step_group_id written out, whatever the order of rows (and each episode group's codes
+    together in memory for the maths)."""
+    name = anchor_column(log.file_schema.names)
     assert name is not None  # checked by prepare_log
-    anchors = Anchors(anchor_series_of(log, name), None if index.is_identity else index.order)
-    position = index.canonical_position
+    anchors = anchors_of(log, name)
     if config.anchor_similarity is None:
-        codes = step_group_codes(index.group, anchors)
-        return codes, first_appearance_codes(codes, position)
-    codes = similarity_key_codes(index.group, anchors, config.anchor_similarity, position)
-    return codes, codes
+        return step_group_codes(index.trajectories, anchors)
+    return similarity_key_codes(index.trajectories, anchors, config.anchor_similarity)
 
 
 def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     """Check the log, run the configured estimator, and build the output table."""
     # file order: gathers between the file and the index stay local in memory; nothing in the
     # results depends on it (sums run in value or canonical order)
-    index, warnings = prepare_log(log, f"advantages:{config.method}", canonical=False)
+    index, warnings = prepare_log(
+        log, f"advantages:{config.method}", canonical=False, anchor_warnings=False, compiled=True
+    )
     episode_reward = None
     if C.EPISODE_REWARD in log.table.column_names:
-        episode_reward = _float_column(log, index, C.EPISODE_REWARD)[index.traj_start]
-    step_group = step_group_id = u = None
+        episode_reward = _floats(log, C.EPISODE_REWARD)[index.trajectories.rows(index.traj_start)]
+    step_group = u = None
     u_source = None
     if config.method in ("gigpo", "gaca"):
-        step_group, step_group_id = step_groups(log, index, config)
+        step_group = step_groups(log, index, config)
+    # exact anchor codes give the step-0 warning for free; grpo compares hashes (and confirms)
+    exact = step_group if config.anchor_similarity is None else None
+    warnings.update(anchor_warnings(log, index, exact))
     if config.method == "gaca":
-        u, u_source = criticality(log, index, config)
+        u, u_source = criticality(log, config)
+    # every array per row in the file's order; `rows` walks each trajectory in step order
     arrays = StepArrays(
-        traj=index.traj,
+        rows=index.trajectories.order_or_empty,
+        traj_start=index.traj_start,
+        traj_len=index.traj_len,
+        traj=index.row_traj,
         traj_group=index.traj_group,
+        canonical_traj_order=index.canonical_traj_order,
         n_groups=index.n_groups,
-        reward=_float_column(log, index, C.REWARD),
+        reward=_floats(log, C.REWARD),
         episode_reward=episode_reward,
         step_group=step_group,
         criticality=u,
@@ -164,17 +169,17 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     _check_finite(log, result)
 
     new_columns: dict[str, pa.Array] = {
-        C.RETURN_TO_GO: pa.array(index.to_file_order(result.return_to_go)),
-        C.ADV_EPISODE: pa.array(index.to_file_order(result.adv_episode)),
-        C.ADV_STEP: pa.array(index.to_file_order(result.adv_step)),
+        C.RETURN_TO_GO: pa.array(result.return_to_go),
+        C.ADV_EPISODE: pa.array(result.adv_episode),
+        C.ADV_STEP: pa.array(result.adv_step),
     }
-    if step_group_id is not None and result.step_group_size is not None:
-        new_columns[C.STEP_GROUP_ID] = pa.array(index.to_file_order(step_group_id))
-        new_columns[C.STEP_GROUP_SIZE] = pa.array(index.to_file_order(result.step_group_size))
+    if step_group is not None and result.step_group_size is not None:
+        new_columns[C.STEP_GROUP_ID] = pa.array(step_group)
+        new_columns[C.STEP_GROUP_SIZE] = pa.array(result.step_group_size)
     if result.nll_z is not None and result.gaca_weight is not None:
-        new_columns[C.NLL_Z] = pa.array(index.to_file_order(result.nll_z))
-        new_columns[C.GACA_WEIGHT] = pa.array(index.to_file_order(result.gaca_weight))
-    new_columns[C.ADVANTAGE] = pa.array(index.to_file_order(result.advantage))
+        new_columns[C.NLL_Z] = pa.array(result.nll_z)
+        new_columns[C.GACA_WEIGHT] = pa.array(result.gaca_weight)
+    new_columns[C.ADVANTAGE] = pa.array(result.advantage)
     new_columns[C.ADV_METHOD] = pa.DictionaryArray.from_arrays(
         pa.array(np.zeros(index.n_rows, dtype=np.int32)), pa.array([config.method])
     ).cast(pa.string())
@@ -265,10 +270,12 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def canonical_sum(values: np.ndarray, index: StepIndex) -> float:
-    """Σ values over all rows, added in canonical order (per trajectory in step order, then
-    the trajectories by sorted ids), so the result does not depend on the file's row order."""
-    per_traj = np.add.reduceat(values, index.traj_start)
+def canonical_sum(values: np.ndarray, arrays: StepArrays, index: StepIndex, scale: float = 1.0,
+                  absolute: bool = False) -> float:
+    """Σ scale·values (or Σ |scale·values|) over all rows, added in canonical order (per
+    trajectory in step order, then the trajectories by sorted ids), so the result does not
+    depend on the file's row order."""
+    per_traj = trajectory_totals(values, arrays, scale, absolute)
     return float(np.sum(per_traj[index.canonical_traj_order]))
 
 
@@ -286,15 +293,15 @@ def summarize(
         "trajectories": index.n_traj,
         "groups": index.n_groups,
         "singleton_groups": int(np.sum(traj_per_group == 1)),
-        "mean_abs_adv_episode": canonical_sum(np.abs(result.adv_episode), index) / n,
-        "mean_abs_weighted_adv_step": canonical_sum(np.abs(config.step_weight * result.adv_step), index) / n,
+        "mean_abs_adv_episode": canonical_sum(result.adv_episode, arrays, index, absolute=True) / n,
+        "mean_abs_weighted_adv_step": canonical_sum(result.adv_step, arrays, index, config.step_weight, True) / n,
         "diagnostics": dict(result.diagnostics),
         "warnings": dict(warnings),
     }
     if result.step_group_size is not None:
-        lows = np.array([lo for lo, _, _ in _SIZE_BUCKETS])
-        bucket = np.searchsorted(lows, result.step_group_size, side="right") - 1
-        counts = np.bincount(bucket, minlength=len(lows))
+        top = _SIZE_BUCKETS[-1][0]
+        by_size = np.bincount(np.minimum(result.step_group_size, top), minlength=top + 1)
+        counts = [int(by_size[lo: top + 1 if hi is None else hi + 1].sum()) for lo, hi, _ in _SIZE_BUCKETS]
         summary["steps_by_step_group_size"] = {label: int(c) for (_, _, label), c in zip(_SIZE_BUCKETS, counts)}
         summary["step_signal_share"] = float((n - counts[0]) / n)
     else:
@@ -303,15 +310,15 @@ def summarize(
         lam = result.gaca_weight
         summary["lambda"] = {
             "bar": config.lambda_bar,
-            "mean": canonical_sum(lam, index) / n,
+            "mean": canonical_sum(lam, arrays, index) / n,
             "min": float(lam.min()),
             "max": float(lam.max()),
-            "corr_with_nll": _correlation(lam, arrays.criticality, index),
+            "corr_with_nll": _correlation(lam, arrays.criticality, arrays, index),
         }
     return summary
 
 
-def _correlation(x: np.ndarray, u: np.ndarray, index: StepIndex) -> float | None:
+def _correlation(x: np.ndarray, u: np.ndarray, arrays: StepArrays, index: StepIndex) -> float | None:
     """Pearson correlation of x and u over the rows where u is not NaN (None when fewer than
     two rows or either side is constant). Two passes of per-trajectory sums in step order
     (kernels.trajectory_sums), added over the trajectories in canonical order, so the result
@@ -323,11 +330,12 @@ def _correlation(x: np.ndarray, u: np.ndarray, index: StepIndex) -> float | None
     def total(per_traj: np.ndarray) -> float:
         return float(np.sum(per_traj[order]))
 
-    sx, su, _, _, _, count = kernels.trajectory_sums(x, u, index.traj_start, index.traj_len, 0.0, 0.0)
+    rows, start, length = arrays.rows, arrays.traj_start, arrays.traj_len
+    sx, su, _, _, _, count = kernels.trajectory_sums(x, u, rows, start, length, 0.0, 0.0)
     k = total(count)
     if k < 2:
         return None
-    _, _, sxx, suu, sxu, _ = kernels.trajectory_sums(x, u, index.traj_start, index.traj_len, total(sx) / k, total(su) / k)
+    _, _, sxx, suu, sxu, _ = kernels.trajectory_sums(x, u, rows, start, length, total(sx) / k, total(su) / k)
     var_x, var_u = total(sxx), total(suu)
     if not (var_x > 0 and var_u > 0):
         return None

@@ -9,6 +9,7 @@ in O(N) without sorting (each row's sorted position is its trajectory's start pl
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +19,7 @@ import pyarrow.compute as pc
 
 from gaca_cli import columns as C
 from gaca_cli.errors import GacaError
-from gaca_cli.grouping import Anchors, anchor_series, dense_rank, id_codes, plain
+from gaca_cli.grouping import Anchors, PolarsAnchors, Trajectories, anchor_series, id_codes, initial_anchors_differ, plain
 from gaca_cli.io import Log
 from gaca_cli.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
@@ -40,6 +41,7 @@ class StepIndex:  # noqa: PLR0902
     traj_group: int64 [T]  episode-group code of each trajectory (0..G-1; in canonical order by
                            sorted group_id and non-decreasing)
     canonical_start: int64 [T] position of each trajectory's first step in canonical order
+    row_traj:   int64 [N]  trajectory code of each row of the file (file order)
     """
 
     order: np.ndarray
@@ -49,6 +51,7 @@ class StepIndex:  # noqa: PLR0902
     traj_group: np.ndarray
     n_groups: int
     canonical_start: np.ndarray
+    row_traj: np.ndarray
 
     @property
     def n_rows(self) -> int:
@@ -89,19 +92,18 @@ class StepIndex:  # noqa: PLR0902
         column = plain(table.column(name))
         return column if self.is_identity else column.take(pa.array(self.order))
 
-    def sorted_floats(self, table: pa.Table, name: str) -> np.ndarray:
-        """A numeric column as float64 [N] in canonical order (nulls become NaN)."""
-        column = table.column(name).cast(pa.float64())
-        values = column.to_numpy()  # one contiguous copy; nulls -> NaN
-        return values if self.is_identity else values[self.order]
-
-    def to_file_order(self, values: np.ndarray) -> np.ndarray:
-        """Per-row values in canonical order -> the same values in the file's row order."""
-        if self.is_identity:
-            return values
-        out = np.empty_like(values)
-        out[self.order] = values
-        return out
+    @property
+    def trajectories(self) -> Trajectories:
+        """What step grouping needs of the index (gaca_cli.grouping.Trajectories)."""
+        return Trajectories(
+            order=None if self.is_identity else self.order,
+            traj_start=self.traj_start,
+            traj_len=self.traj_len,
+            traj_group=self.traj_group,
+            canonical_traj_order=self.canonical_traj_order,
+            canonical_start=self.canonical_start,
+            row_traj=self.row_traj,
+        )
 
 
 @dataclass
@@ -211,20 +213,41 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
     return bad, fatal
 
 
-def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool = True) -> StepIndex | None:
+@dataclass(frozen=True)
+class _RowIds:
+    """Integer codes of every row's ids (see grouping.id_codes) and its step."""
+
+    traj: np.ndarray  # int64 [N] trajectory code
+    traj_rank: np.ndarray  # int64 [T] each trajectory code's place in sorted traj_id order
+    group: np.ndarray  # int64 [N] episode-group code
+    group_rank: np.ndarray  # int64 [G]
+    step: np.ndarray  # int64 [N]
+
+    def by_id_and_step(self, rows: np.ndarray) -> np.ndarray:
+        """Offending rows sorted by (traj_id, step_idx), whatever the order of the file."""
+        return rows[np.lexsort((self.step[rows], self.traj_rank[self.traj[rows]]))]
+
+
+def _structure_checks(
+    log: Log, out: Inspection, bad: set[str], canonical: bool = True, compiled: bool = False
+) -> StepIndex | None:
     """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
-    trajectory; then the row index (canonical or file order, see StepIndex)."""
+    trajectory; then the row index (canonical or file order, see StepIndex). `compiled`
+    builds the index with a compiled kernel (gaca_cli.kernels, for commands that load them
+    anyway) when the steps are valid; the rules and their reports are the same."""
     table = log.table
     n = table.num_rows
     traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
     group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))
-    n_traj = len(traj_rank)
     step = plain(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    ids = _RowIds(traj_of_row, traj_rank, group_of_row, group_rank, step)
+    n_traj = len(traj_rank)
+    if compiled:
+        from gaca_cli import kernels  # numba: imported on use, not by `gaca validate`
 
-    def by_id_and_step(rows: np.ndarray) -> np.ndarray:
-        """Offending rows sorted by (traj_id, step_idx), whatever the order of the file."""
-        return rows[np.lexsort((step[rows], traj_rank[traj_of_row[rows]]))]
-
+        valid, order, starts, lengths = kernels.trajectory_index(traj_of_row, step, n_traj)
+        if valid:
+            return _trajectory_rules(log, out, bad, canonical, ids, order, starts, lengths)
     lengths = np.bincount(traj_of_row, minlength=n_traj).astype(np.int64)
     starts = np.cumsum(lengths) - lengths
     in_range = (step >= 0) & (step < lengths[traj_of_row])
@@ -233,10 +256,10 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
     duplicate = in_range & (occupancy[pos] > 1)
     if duplicate.any():
         out.violations.append(
-            _violation(log, C.STEP_IDX, "(traj_id, step_idx) must be unique", by_id_and_step(np.flatnonzero(duplicate)))
+            _violation(log, C.STEP_IDX, "(traj_id, step_idx) must be unique", ids.by_id_and_step(np.flatnonzero(duplicate)))
         )
     # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
-    gap_rows = by_id_and_step(np.flatnonzero(~in_range))
+    gap_rows = ids.by_id_and_step(np.flatnonzero(~in_range))
     if len(gap_rows):
         out.violations.append(
             _violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
@@ -248,6 +271,26 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
     order = np.empty(n, dtype=np.int64)
     order[pos] = np.arange(n, dtype=np.int64)
     del pos, occupancy, duplicate, in_range
+    return _trajectory_rules(log, out, bad, canonical, ids, order, starts, lengths)
+
+
+def _trajectory_rules(  # noqa: PLR0913
+    log: Log,
+    out: Inspection,
+    bad: set[str],
+    canonical: bool,
+    ids: _RowIds,
+    order: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+) -> StepIndex | None:
+    """The per-trajectory rules, on the rows ordered by (trajectory, step) (`order`, with each
+    trajectory's `starts` and `lengths`); then the index."""
+    table = log.table
+    n = table.num_rows
+    n_traj = len(ids.traj_rank)
+    traj_of_row, traj_rank, group_of_row, group_rank, step = ids.traj, ids.traj_rank, ids.group, ids.group_rank, ids.step
+    by_id_and_step = ids.by_id_and_step
     traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
 
     if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
@@ -283,7 +326,7 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
     canonical_start = np.empty(n_traj, dtype=np.int64)
     canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
     if not canonical:
-        return StepIndex(order, traj_by_pos, starts, lengths, traj_group, len(group_rank), canonical_start)
+        return StepIndex(order, traj_by_pos, starts, lengths, traj_group, len(group_rank), canonical_start, traj_of_row)
     pos = canonical_start[traj_of_row] + step
     order = np.empty(n, dtype=np.int64)
     order[pos] = np.arange(n, dtype=np.int64)
@@ -296,6 +339,7 @@ def _structure_checks(log: Log, out: Inspection, bad: set[str], canonical: bool 
         traj_group=group_rank[traj_group][by_canon],
         n_groups=len(group_rank),
         canonical_start=canonical_start[by_canon],
+        row_traj=np.argsort(by_canon)[traj_of_row],
     )
 
 
@@ -317,57 +361,71 @@ _NEEDS_HINT = {
 }
 
 
-def anchor_column(table: pa.Table) -> str | None:
-    """`anchor_key` wins over `anchor_obs` (log-schema.md)."""
+def anchor_column(names: Collection[str]) -> str | None:
+    """`anchor_key` wins over `anchor_obs` (log-schema.md); `names`: the log's columns."""
     for name in (C.ANCHOR_KEY, C.ANCHOR_OBS):
-        if name in table.column_names:
+        if name in names:
             return name
     return None
 
 
-def anchor_series_of(log: Log, name: str) -> pl.Series:
-    """The anchor column as a polars Series in file order, converted once per log."""
-    return log.cached(("anchor_series", name), lambda: anchor_series(log.table.column(name)))
+def anchors_of(log: Log, name: str) -> Anchors:
+    """The anchor column, built once per log: the anchors a reader left in the log's cache
+    (gaca_cli.advantages streams them from the files), else the column of the table as a
+    polars Series."""
+    return log.cached(("anchors", name), lambda: PolarsAnchors(anchor_series(log.table.column(name))))
 
 
-def _warnings(log: Log, index: StepIndex, bad: set[str]) -> dict[str, int]:
-    traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
-    warnings = {"singleton_groups": int(np.sum(traj_per_group == 1))}
-    name = anchor_column(log.table)
-    if name is not None and name not in bad:
-        anchors = Anchors(anchor_series_of(log, name))
-        empty = anchors.empty_count()
-        if empty is not None:
-            warnings["empty_anchors"] = empty
-        first = anchors.take(index.order[index.traj_start])
-        codes, _ = dense_rank(first)
-        # groups whose trajectories do not all start from the same anchor
-        lo = np.full(index.n_groups, np.iinfo(np.int64).max)
-        hi = np.full(index.n_groups, -1)
-        np.minimum.at(lo, index.traj_group, codes)
-        np.maximum.at(hi, index.traj_group, codes)
-        warnings["differing_initial_anchors"] = int(np.sum(lo != hi))
+def anchor_warnings(log: Log, index: StepIndex, step_codes: np.ndarray | None = None) -> dict[str, int]:
+    """The anchor warnings' counts (empty anchors, groups whose step-0 anchors differ); from
+    the step groups' codes when the caller has them."""
+    name = anchor_column(log.file_schema.names)
+    if name is None:
+        return {}
+    anchors = anchors_of(log, name)
+    warnings = {}
+    empty = anchors.empty_count()
+    if empty is not None:
+        warnings["empty_anchors"] = empty
+    warnings["differing_initial_anchors"] = initial_anchors_differ(
+        index.trajectories, index.n_groups, anchors, step_codes
+    )
     return warnings
 
 
-def inspect_log(log: Log, command: str = "validate", canonical: bool = True) -> Inspection:
+def _warnings(log: Log, index: StepIndex, bad: set[str], anchors: bool) -> dict[str, int]:
+    traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
+    warnings = {"singleton_groups": int(np.sum(traj_per_group == 1))}
+    name = anchor_column(log.file_schema.names)
+    if anchors and name is not None and name not in bad:
+        warnings.update(anchor_warnings(log, index))
+    return warnings
+
+
+def inspect_log(
+    log: Log, command: str = "validate", canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
+) -> Inspection:
     """Run every check; collect all violations and the warnings' counts. `canonical` chooses
-    the order of the returned index (see StepIndex)."""
+    the order of the returned index (see StepIndex); `anchor_warnings=False` leaves the anchor
+    warnings to the caller (`anchor_warnings`, from step groups it computes anyway);
+    `compiled` builds the index with the compiled kernels (see `_structure_checks`)."""
     out = Inspection()
     bad, fatal = _column_checks(log, out)
     _needs_checks(log, command, out)
     if fatal:  # a required column is missing, unusable or null: nothing else can be checked
         return out
-    index = _structure_checks(log, out, bad, canonical)
+    index = _structure_checks(log, out, bad, canonical, compiled)
     if index is not None:
-        out.warnings = _warnings(log, index, bad)
+        out.warnings = _warnings(log, index, bad, anchor_warnings)
         out.index = index
     return out
 
 
-def prepare_log(log: Log, command: str, canonical: bool = True) -> tuple[StepIndex, dict[str, int]]:
+def prepare_log(
+    log: Log, command: str, canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
+) -> tuple[StepIndex, dict[str, int]]:
     """Run every check and raise the first violation; else return the index and warnings."""
-    result = inspect_log(log, command, canonical)
+    result = inspect_log(log, command, canonical, anchor_warnings, compiled)
     if result.violations:
         raise result.violations[0]
     assert result.index is not None

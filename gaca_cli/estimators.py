@@ -104,18 +104,30 @@ class AdvantagesConfig:
 
 @dataclass(frozen=True)
 class StepArrays:
-    """One log, rows sorted by trajectory then step (trajectories are contiguous).
+    """One log, one entry per row, rows in any order (the file's); `rows` lists each
+    trajectory's rows in step order, so sums over a trajectory run in step order and nothing
+    depends on the order of rows in the file.
 
-    traj:           int64 [N]  trajectory code, non-decreasing, 0..T-1
+    rows:           int64 [N]  the rows of each trajectory in step order, trajectories one
+                               after another (empty: the rows are already in that order)
+    traj_start:     int64 [T]  where each trajectory starts in `rows`
+    traj_len:       int64 [T]  its number of steps
+    traj:           int64 [N]  trajectory code of each row, 0..T-1
     traj_group:     int64 [T]  episode-group code of each trajectory, 0..G-1
+    canonical_traj_order: int64 [T] the trajectories in canonical order (by sorted group_id,
+                               then traj_id; each episode group's together)
     reward:         float64 [N] per-step reward r_t
     episode_reward: float64 [T] logged R(τ), or None to use Σ_t r_t
     step_group:     int64 [N]  step-group code (same episode group and anchor), or None
     criticality:    float64 [N] u_t (action NLL), NaN where the step has no action tokens
     """
 
+    rows: np.ndarray
+    traj_start: np.ndarray
+    traj_len: np.ndarray
     traj: np.ndarray
     traj_group: np.ndarray
+    canonical_traj_order: np.ndarray
     n_groups: int
     reward: np.ndarray
     episode_reward: np.ndarray | None = None
@@ -126,14 +138,10 @@ class StepArrays:
     def n_traj(self) -> int:
         return len(self.traj_group)
 
-    @property
-    def traj_len(self) -> np.ndarray:
-        return np.bincount(self.traj, minlength=self.n_traj)
-
 
 @dataclass(frozen=True)
 class Advantages:
-    """Per-row outputs (float64 [N], rows in StepArrays order) and diagnostic counts."""
+    """Per-row outputs (float64 [N], rows as in StepArrays) and diagnostic counts."""
 
     advantage: np.ndarray
     return_to_go: np.ndarray
@@ -148,18 +156,16 @@ class Advantages:
 # --------------------------------------------------------------------------- building blocks
 
 
-def discounted_returns(reward: np.ndarray, traj: np.ndarray, n_traj: int, gamma: float) -> np.ndarray:
+def discounted_returns(arrays: StepArrays, gamma: float) -> np.ndarray:
     """G_t = Σ_{k≥t} γ^{k−t} r_k within each trajectory (Eq. 5).
 
     Computed backwards as G_t = r_t + γ·G_{t+1} (G = r at the last step), the same
-    arithmetic as a plain loop (kernels.discounted_returns). reward: float64 [N] sorted by
-    (traj, step); traj: int64 [N] non-decreasing. Returns float64 [N].
+    arithmetic as a plain loop (kernels.discounted_returns). Returns float64 [N] per row.
     """
     from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
 
-    length = np.bincount(traj, minlength=n_traj).astype(np.int64)
-    start = np.cumsum(length) - length
-    return kernels.discounted_returns(np.ascontiguousarray(reward, dtype=np.float64), start, length, float(gamma))
+    reward = np.ascontiguousarray(arrays.reward, dtype=np.float64)
+    return kernels.discounted_returns(reward, arrays.rows, arrays.traj_start, arrays.traj_len, float(gamma))
 
 
 def normalize_in_groups(
@@ -181,30 +187,40 @@ def normalize_in_groups(
 
 
 def standardize_in_scopes(
-    values: np.ndarray, codes: np.ndarray, n_codes: int, canonical: bool = False
+    values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool = False, rows: np.ndarray | None = None
 ) -> tuple[np.ndarray, int]:
     """z = (u − mean) / std0 within each scope, std0 the population std (ddof = 0); z = 0
     where std0 < 1e-8 (constant or one-value scopes) and where u is NaN (no action tokens;
     such values are left out of the statistics).
 
     values: float64 [N] (NaN allowed); codes: int64 [N]. Returns (float64 [N], number of
-    scopes with values whose std0 is below the floor). canonical: the values already come
-    scope by scope in an order independent of the file (the steps of each trajectory), else
-    they are visited in ascending value order. One compiled pass (kernels.standardize_in_scopes).
+    scopes with values whose std0 is below the floor). in_order: visit the values in the order
+    of `rows` (None: as they come), which runs scope by scope in an order independent of the
+    file (the steps of each trajectory); else they are visited in ascending value order. One
+    compiled pass (kernels.standardize_in_scopes).
     """
     from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
 
     values = np.ascontiguousarray(values, dtype=np.float64)
     codes = np.ascontiguousarray(codes, dtype=np.int64)
-    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, canonical, Z_STD_FLOOR)
+    rows = np.zeros(0, dtype=np.int64) if rows is None else rows
+    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, in_order, rows, Z_STD_FLOOR)
     return z, int(n_flat)
+
+
+def trajectory_totals(values: np.ndarray, arrays: StepArrays, scale: float = 1.0, absolute: bool = False) -> np.ndarray:
+    """Σ scale·x (or Σ |scale·x|) over each trajectory's steps, added in step order. float64 [T]."""
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    return kernels.trajectory_totals(values, arrays.rows, arrays.traj_start, arrays.traj_len, float(scale), absolute)
 
 
 def episode_returns(arrays: StepArrays) -> np.ndarray:
     """R(τ): the logged episode_reward, else Σ_t r_t in step order. float64 [T]."""
     if arrays.episode_reward is not None:
         return arrays.episode_reward
-    return np.bincount(arrays.traj, arrays.reward, minlength=arrays.n_traj)
+    return trajectory_totals(arrays.reward, arrays)
 
 
 def episode_advantage(arrays: StepArrays, normalize_by_std: bool, stats_over: str) -> tuple[np.ndarray, dict]:
@@ -227,13 +243,22 @@ def step_advantage(
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """A^S_t = norm(G_t) over the step group of the row (Eq. 7); singleton step groups give 0.
     Returns (A^S float64 [N], step-group size int64 [N], diagnostics)."""
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     codes = arrays.step_group
     assert codes is not None, "gigpo and gaca need step groups"
     n_codes = int(codes.max()) + 1
-    size = np.bincount(codes, minlength=n_codes)
-    adv, n_singleton, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
-    diag = {"step_groups": n_codes, "step_singleton_groups": n_singleton, "step_constant_groups": const}
-    return adv, size[codes].astype(np.int64), diag
+    # episode group by episode group when the codes are numbered so (as step_group_codes does)
+    numbered, adv, size, n_singleton, const = kernels.normalize_step_groups(
+        np.ascontiguousarray(returns_to_go, dtype=np.float64), np.ascontiguousarray(codes, dtype=np.int64),
+        arrays.rows, arrays.traj_start, arrays.traj_len, arrays.traj_group, arrays.canonical_traj_order,
+        normalize_by_std, EPS,
+    )
+    if not numbered:
+        adv, n_singleton, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
+        size = np.bincount(codes, minlength=n_codes)[codes].astype(np.int64)
+    diag = {"step_groups": n_codes, "step_singleton_groups": int(n_singleton), "step_constant_groups": int(const)}
+    return adv, size, diag
 
 
 # --------------------------------------------------------------------------- estimators
@@ -241,7 +266,7 @@ def step_advantage(
 
 def grpo(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
     """GRPO: A_t = A^E(τ) = norm(R(τ)) over the group's trajectories (Eq. 3); A^S = 0."""
-    rtg = discounted_returns(arrays.reward, arrays.traj, arrays.n_traj, config.gamma)
+    rtg = discounted_returns(arrays, config.gamma)
     adv_e, diag = episode_advantage(arrays, config.normalize_by_std, config.episode_stats)
     return Advantages(
         advantage=adv_e.copy(),
@@ -254,7 +279,7 @@ def grpo(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
 
 def gigpo(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
     """GiGPO: A_t = A^E(τ) + ω·A^S_t (Eq. 8), with A^S_t = norm(G_t) over the step group."""
-    rtg = discounted_returns(arrays.reward, arrays.traj, arrays.n_traj, config.gamma)
+    rtg = discounted_returns(arrays, config.gamma)
     adv_e, diag = episode_advantage(arrays, config.normalize_by_std, config.episode_stats)
     adv_s, size, step_diag = step_advantage(arrays, rtg, config.normalize_by_std)
     return Advantages(
@@ -286,8 +311,9 @@ def gaca(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
         scope, n_scope = arrays.traj_group[arrays.traj], arrays.n_groups
     else:
         scope, n_scope = np.zeros(len(u), dtype=np.int64), 1
-    # the steps of a trajectory come in step order, which is canonical: no sort needed
-    z, flat_scopes = standardize_in_scopes(u, scope, n_scope, canonical=config.nll_scope == "trajectory")
+    # a trajectory's steps are visited in step order, which is canonical: no sort needed
+    in_order = config.nll_scope == "trajectory"
+    z, flat_scopes = standardize_in_scopes(u, scope, n_scope, in_order, arrays.rows)
     omega = config.step_weight
     lam_bar = config.lambda_bar
     lam = np.clip(lam_bar + config.beta * z, config.lambda_min, config.lambda_max)

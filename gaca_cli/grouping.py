@@ -10,6 +10,7 @@ merge two different anchors.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -19,9 +20,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rapidfuzz import process
 from rapidfuzz.distance import Indel
-
-
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -106,89 +104,122 @@ def anchor_series(column: pa.ChunkedArray) -> pl.Series:
     return pl.from_arrow(column).rechunk()
 
 
-@dataclass(frozen=True)
 class Anchors:
-    """An anchor column in the file's row order (`series`, see `anchor_series`), seen in
-    index order through `order` (index position -> file row; None when the two agree).
-    Nothing is copied: hashes are computed in file order and only 8-byte values are permuted,
-    and text is fetched only for the rows that need an exact comparison."""
+    """An anchor column, addressed by file row. `PolarsAnchors` holds it as a polars Series;
+    `ScannedAnchors` (gaca_cli.anchor_scan) streams it from the files' pages without keeping
+    it. Hashes only find candidates; `equal_rows` decides, exactly."""
 
-    series: pl.Series
-    order: np.ndarray | None = None
+    def file_hashes(self) -> np.ndarray:
+        """uint64 [N] hash of each row's anchor (equal anchors, equal hashes)."""
+        raise NotImplementedError
 
-    def __len__(self) -> int:
-        return len(self.series)
+    def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+        """bool [len(rows_a)]: anchor of row rows_a[i] == anchor of row rows_b[i], exactly."""
+        raise NotImplementedError
 
-    def hashes(self) -> np.ndarray:
-        """uint64 [N] hash of each row's anchor, index order (only used to find equals)."""
-        h = self.series.hash(seed=0).to_numpy().astype(np.uint64, copy=False)
-        return h if self.order is None else h[self.order]
-
-    def equal_pairs(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """bool [len(a)]: anchor at index position a[i] == anchor at b[i], exactly."""
-        rows_a = a if self.order is None else self.order[a]
-        rows_b = b if self.order is None else self.order[b]
-        series = self.series
-        return (series.gather(rows_a) == series.gather(rows_b)).to_numpy()
-
-    def take(self, positions: np.ndarray) -> pa.Array:
-        """The anchors at the given index positions, as one plain array."""
-        rows = positions if self.order is None else self.order[positions]
-        return plain(self.series.gather(rows).to_arrow())
+    def values(self, rows: np.ndarray) -> pa.Array:
+        """The anchors of the given rows, as one plain array."""
+        raise NotImplementedError
 
     def empty_count(self) -> int | None:
         """Rows whose anchor is the empty string (None for integer anchors)."""
-        series = self.series
-        if series.dtype != pl.String:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class PolarsAnchors(Anchors):
+    """An anchor column held as one polars Series in file order (see `anchor_series`)."""
+
+    series: pl.Series
+
+    def file_hashes(self) -> np.ndarray:
+        return self.series.hash(seed=0).to_numpy().astype(np.uint64, copy=False)
+
+    def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+        return (self.series.gather(rows_a) == self.series.gather(rows_b)).to_numpy()
+
+    def values(self, rows: np.ndarray) -> pa.Array:
+        return plain(self.series.gather(rows).to_arrow())
+
+    def empty_count(self) -> int | None:
+        if self.series.dtype != pl.String:
             return None
-        return int((series.str.len_bytes() == 0).sum())
+        return int((self.series.str.len_bytes() == 0).sum())
 
 
-def step_group_codes(group: np.ndarray, anchors: Anchors) -> np.ndarray:
-    """Dense step-group codes (same episode group and same anchor ⇔ same code), numbered in
-    an order that keeps each episode group's codes together; use `first_appearance_codes` for
-    the numbering that is written out.
+@dataclass(frozen=True)
+class Trajectories:
+    """What step grouping needs of a row index (see checks.StepIndex): `order` lists each
+    trajectory's rows in step order, trajectories one after another (None: the identity);
+    per trajectory its start in `order`, length and episode group; the trajectories in
+    canonical order and where each starts in canonical order; the trajectory of each row."""
 
-    Method: sort a 64-bit key (the group in the high bits, a hash of the anchor below), so
-    equal (group, anchor) rows become neighbours; then compare every member of a multi-row
-    run with the run's first row, exactly. Runs that mix anchors (a hash collision) are split
-    exactly; the result never depends on the hash.
+    order: np.ndarray | None
+    traj_start: np.ndarray
+    traj_len: np.ndarray
+    traj_group: np.ndarray
+    canonical_traj_order: np.ndarray
+    canonical_start: np.ndarray
+    row_traj: np.ndarray
+
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        return positions if self.order is None else self.order[positions]
+
+    @property
+    def order_or_empty(self) -> np.ndarray:
+        """`order` as the kernels take it (an empty array for the identity)."""
+        return np.zeros(0, dtype=np.int64) if self.order is None else self.order
+
+    @functools.cached_property
+    def canonical_row_position(self) -> np.ndarray:
+        """int64 [N] each row's place in canonical (group_id, traj_id, step_idx) order."""
+        n = len(self.row_traj)
+        shift = np.repeat(self.canonical_start - self.traj_start, self.traj_len)
+        position = shift + np.arange(n, dtype=np.int64)  # of each index position
+        if self.order is None:
+            return position
+        out = np.empty(n, dtype=np.int64)
+        out[self.order] = position
+        return out
+
+
+def step_group_codes(trajs: Trajectories, anchors: Anchors) -> np.ndarray:
+    """Step-group codes of every row: same episode group and same anchor ⇔ same code; dense,
+    and numbered by first appearance in canonical (group_id, traj_id, step_idx) order, so they
+    are the step_group_id written out and do not depend on the order of rows.
+
+    Method (kernels.step_groups_by_hash): walk the rows in canonical order, episode group by
+    episode group, and look each anchor's hash up in a small table of the group's hashes;
+    then compare every row of a multi-row code with the code's first row, exactly. Codes that
+    mix anchors (a hash collision) are split exactly; the result never depends on the hash.
     """
     from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
 
-    n = len(group)
-    if n == 0:
+    if len(trajs.traj_start) == 0:
         return np.zeros(0, dtype=np.int64)
-    group_bits = max(int(group.max()).bit_length(), 1)
-    h = anchors.hashes()
-    if group_bits <= 32:
-        key = (group.astype(np.uint64) << np.uint64(64 - group_bits)) | (h >> np.uint64(group_bits))
-    else:  # pragma: no cover - more than 4e9 groups
-        with np.errstate(over="ignore"):
-            key = h ^ (group.astype(np.uint64) * _MIX)
-    del h
-    order = pl.Series(key).arg_sort().to_numpy().astype(np.int64, copy=False)
-    codes, rows, reps = kernels.sorted_runs(key, order)
-    del key, order
-    # exact verification of every multi-row run against its first row
+    codes, size, rep = kernels.step_groups_by_hash(
+        anchors.file_hashes(), trajs.order_or_empty, trajs.traj_start, trajs.traj_len, trajs.traj_group,
+        trajs.canonical_traj_order,
+    )
+    rows, reps = kernels.verification_pairs(codes, size, rep)
     if len(rows):
-        same = anchors.equal_pairs(rows, reps)
-        same &= group[rows] == group[reps]
+        same = anchors.equal_rows(rows, reps)
         if not same.all():
-            codes = _split_collisions(codes, group, anchors, np.unique(codes[rows[~same]]))
+            codes = _split_collisions(codes, trajs, anchors, np.unique(codes[rows[~same]]))
     return codes
 
 
-def _split_collisions(codes: np.ndarray, group: np.ndarray, anchors: Anchors, bad: np.ndarray) -> np.ndarray:
-    """Give every distinct (group, anchor) inside the colliding runs a code of its own."""
+def _split_collisions(codes: np.ndarray, trajs: Trajectories, anchors: Anchors, bad: np.ndarray) -> np.ndarray:
+    """Give every distinct anchor inside the colliding codes (each within one episode group)
+    a code of its own, then renumber all codes canonically."""
     codes = codes.copy()
     rows = np.flatnonzero(np.isin(codes, bad))
-    values = anchors.take(rows).to_pylist()
+    values = anchors.values(rows).to_pylist()
     fresh = int(codes.max()) + 1
-    seen: dict[tuple[int, int, object], int] = {}
+    seen: dict[tuple[int, object], int] = {}
     kept: set[int] = set()
     for row, value in zip(rows.tolist(), values):
-        k = (int(codes[row]), int(group[row]), value)
+        k = (int(codes[row]), value)
         if k not in seen:
             if k[0] not in kept:
                 kept.add(k[0])
@@ -197,7 +228,29 @@ def _split_collisions(codes: np.ndarray, group: np.ndarray, anchors: Anchors, ba
                 seen[k] = fresh
                 fresh += 1
         codes[row] = seen[k]
-    return codes
+    return first_appearance_codes(codes, trajs.canonical_row_position)
+
+
+def initial_anchors_differ(trajs: Trajectories, n_groups: int, anchors: Anchors, codes: np.ndarray | None = None) -> int:
+    """Episode groups whose trajectories do not all start from the same anchor. From the step
+    groups' `codes` (per row) when they are known (exact), else from hashes with every
+    equality confirmed by `anchors.equal_rows`."""
+    first_rows = trajs.rows(trajs.traj_start)
+    first = codes[first_rows] if codes is not None else anchors.file_hashes()[first_rows]
+    # the first trajectory of each group in canonical order (groups are contiguous there)
+    # stands for the group
+    group_by_canon = trajs.traj_group[trajs.canonical_traj_order]
+    heads = np.flatnonzero(np.r_[True, group_by_canon[1:] != group_by_canon[:-1]])
+    lead = np.zeros(n_groups, dtype=np.int64)
+    lead[group_by_canon[heads]] = trajs.canonical_traj_order[heads]
+    rep = lead[trajs.traj_group]
+    differs = first != first[rep]
+    if codes is None:  # equal hashes: confirm the text
+        check = np.flatnonzero(~differs & (rep != np.arange(len(rep))))
+        if len(check):
+            same = anchors.equal_rows(first_rows[check], first_rows[rep[check]])
+            differs[check[~same]] = True
+    return int(len(np.unique(trajs.traj_group[differs])))
 
 
 def first_appearance_codes(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
@@ -251,19 +304,16 @@ def cluster_anchors(texts: list[str], threshold: float) -> list[int]:
     return cluster
 
 
-def similarity_key_codes(
-    group: np.ndarray, anchors: Anchors, threshold: float, position: np.ndarray | None = None
-) -> np.ndarray:
+def similarity_key_codes(trajs: Trajectories, anchors: Anchors, threshold: float) -> np.ndarray:
     """Like `step_group_codes`, but anchors of an episode group whose similarity to a
     cluster's representative is ≥ threshold share that cluster (see `cluster_anchors`); codes
-    numbered by first appearance in canonical order (`position`, see `first_appearance_codes`)."""
-    exact = step_group_codes(group, anchors)
+    per row, numbered by first appearance in canonical order (see `first_appearance_codes`)."""
+    exact = step_group_codes(trajs, anchors)
     k = int(exact.max()) + 1
     rep_row = np.empty(k, dtype=np.int64)
     rep_row[exact] = np.arange(len(exact), dtype=np.int64)
-    key_group = group[rep_row]
-    key_text = anchors.take(rep_row).to_pylist()
-    key_text = [str(t) for t in key_text]
+    key_group = trajs.traj_group[trajs.row_traj[rep_row]]
+    key_text = [str(t) for t in anchors.values(rep_row).to_pylist()]
     merged = np.empty(k, dtype=np.int64)
     order = np.argsort(key_group, kind="stable")
     bounds = np.flatnonzero(np.diff(key_group[order])) + 1
@@ -272,4 +322,4 @@ def similarity_key_codes(
         clusters = cluster_anchors([key_text[m] for m in members], threshold)
         merged[members] = next_code + np.asarray(clusters, dtype=np.int64)
         next_code += max(clusters) + 1
-    return first_appearance_codes(merged[exact], position)
+    return first_appearance_codes(merged[exact], trajs.canonical_row_position)

@@ -206,8 +206,8 @@ def _criticality(log: Log, index: StepIndex, nll_reduce: str) -> tuple[np.ndarra
     if C.BEHAVIOR_LOGPROBS in names:
         from gaca_cli.advantages import criticality
 
-        u, source = criticality(log, index, AdvantagesConfig(nll_reduce=nll_reduce))
-        return u, source, "nats/token" if nll_reduce == "mean" else "nats"
+        u, source = criticality(log, AdvantagesConfig(nll_reduce=nll_reduce))  # file order
+        return u[index.order], source, "nats/token" if nll_reduce == "mean" else "nats"
     return None, None, None
 
 
@@ -370,7 +370,7 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
     can show. A field the file does not have is None."""
     positions = np.asarray(positions, dtype=np.int64)
     actions = _texts(a, C.ACTION, positions)
-    anchors = _texts(a, anchor_column(a.log.table), positions)
+    anchors = _texts(a, anchor_column(a.log.table.column_names), positions)
     step = a.index.step
     traj = a.index.traj
     critical = a.critical

@@ -23,20 +23,26 @@ jit = njit(cache=True, nogil=True, error_model="numpy")
 
 
 @jit
-def discounted_returns(reward: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, gamma: float) -> np.ndarray:
+def discounted_returns(
+    reward: np.ndarray, rows: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, gamma: float
+) -> np.ndarray:
     """G_t = r_t + γ·G_{t+1} backwards within each trajectory, G = r at its last step.
 
-    reward: float64 [N], trajectories contiguous, steps ascending; traj_start, traj_len:
-    int64 [T]. Returns float64 [N]."""
+    reward: float64 [N] per row; rows: int64 [N] the rows of each trajectory in step order,
+    trajectories one after another (empty: the rows are already in that order); traj_start,
+    traj_len: int64 [T] positions in `rows`. Returns float64 [N] per row."""
+    identity = len(rows) == 0
     out = np.empty_like(reward)
     for t in range(len(traj_start)):
         a = traj_start[t]
         k = a + traj_len[t] - 1
-        g = reward[k]
-        out[k] = g
+        r = k if identity else rows[k]
+        g = reward[r]
+        out[r] = g
         for i in range(k - 1, a - 1, -1):
-            g = reward[i] + gamma * g
-            out[i] = g
+            r = i if identity else rows[i]
+            g = reward[r] + gamma * g
+            out[r] = g
     return out
 
 
@@ -187,20 +193,127 @@ def normalize_in_groups(
 
 
 @jit
+def normalize_step_groups(
+    values: np.ndarray,
+    codes: np.ndarray,
+    rows: np.ndarray,
+    traj_start: np.ndarray,
+    traj_len: np.ndarray,
+    traj_group: np.ndarray,
+    canonical_traj_order: np.ndarray,
+    normalize_by_std: bool,
+    eps: float,
+) -> tuple[bool, np.ndarray, np.ndarray, int, int]:
+    """`normalize_in_groups` for step groups, one episode group at a time: the same values per
+    row, bit for bit, but every group's work stays in a few small buffers (the step groups of
+    an episode group are numbered together), so the pass is local in memory.
+
+    Walks the trajectories in canonical order (episode groups one after the other, see
+    `step_groups_by_hash`); each episode group's codes must be the range right after the
+    previous group's, as canonical numbering makes them. values: float64 [N] per row; codes:
+    int64 [N] per row; rows, traj_*: see `discounted_returns`. Returns (the codes were so
+    numbered (else nothing else is valid and the caller uses `normalize_in_groups`), out
+    float64 [N], size int64 [N] rows in each row's step group, singleton groups, constant
+    groups of two or more)."""
+    n = len(values)
+    n_traj = len(traj_start)
+    identity = len(rows) == 0
+    out = np.zeros(n)
+    size = np.empty(n, dtype=np.int64)
+    biggest = 0
+    i = 0
+    while i < n_traj:
+        g = traj_group[canonical_traj_order[i]]
+        total = 0
+        while i < n_traj and traj_group[canonical_traj_order[i]] == g:
+            total += traj_len[canonical_traj_order[i]]
+            i += 1
+        biggest = max(biggest, total)
+    count = np.zeros(biggest, dtype=np.int64)
+    shared = np.empty(biggest, dtype=np.int64)
+    member_row = np.empty(biggest, dtype=np.int64)
+    member_code = np.empty(biggest, dtype=np.int64)
+    member_value = np.empty(biggest)
+    n_singleton = 0
+    n_constant = 0
+    k0 = 0
+    i = 0
+    while i < n_traj:
+        g = traj_group[canonical_traj_order[i]]
+        j = i
+        total = 0
+        while j < n_traj and traj_group[canonical_traj_order[j]] == g:
+            total += traj_len[canonical_traj_order[j]]
+            j += 1
+        k1 = k0
+        for q in range(i, j):
+            t = canonical_traj_order[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                c = codes[p if identity else rows[p]] - k0
+                if c < 0 or c >= total:
+                    return False, out, size, 0, 0
+                count[c] += 1
+                k1 = max(k1, k0 + c + 1)
+        n_shared = 0
+        for c in range(k1 - k0):
+            if count[c] == 1:
+                n_singleton += 1
+            if count[c] >= 2:
+                shared[c] = n_shared
+                n_shared += 1
+        m = 0
+        for q in range(i, j):
+            t = canonical_traj_order[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                r = p if identity else rows[p]
+                c = codes[r] - k0
+                size[r] = count[c]
+                if count[c] >= 2:
+                    member_row[m] = r
+                    member_code[m] = shared[c]
+                    member_value[m] = values[r]
+                    m += 1
+        if m:
+            sub, sub_count = group_order(member_code[:m], member_value[:m], n_shared)
+            dev, m2, scale, lo, hi = shifted_moments(member_value[:m][sub], sub_count)
+            a = 0
+            for c in range(n_shared):
+                b = a + sub_count[c]
+                if hi[c] == lo[c]:
+                    n_constant += 1
+                elif normalize_by_std:
+                    denom = scale[c] * np.sqrt(m2[c] / (sub_count[c] - 1)) + eps
+                    for x in range(a, b):
+                        out[member_row[sub[x]]] = dev[x] / denom
+                else:
+                    for x in range(a, b):
+                        out[member_row[sub[x]]] = dev[x]
+                a = b
+        for c in range(k1 - k0):
+            count[c] = 0
+        k0 = k1
+        i = j
+    return True, out, size, n_singleton, n_constant
+
+
+@jit
 def standardize_in_scopes(
-    values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool, floor: float
+    values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool, rows: np.ndarray, floor: float
 ) -> tuple[np.ndarray, int]:
     """z = dev / std0 within each scope, std0 = scale·sqrt(m2 / count) (ddof = 0), from
     `shifted_moments` over the non-NaN values; z = 0 where std0 < floor and where u is NaN.
-    in_order: the values already come scope by scope (codes non-decreasing) in an order that
-    does not depend on the file (steps of a trajectory); else they are visited in
-    `group_order`. Returns (z float64 [N], number of scopes with values whose std0 < floor)."""
+    in_order: visit the values in the order of `rows` (empty: the identity), which goes scope
+    by scope (codes non-decreasing along it) in an order that does not depend on the file (the
+    steps of each trajectory); else they are visited in `group_order`. Returns (z float64 [N],
+    number of scopes with values whose std0 < floor)."""
     n = len(values)
+    identity = len(rows) == 0
     valid = np.empty(n, dtype=np.int64)
     m = 0
-    for i in range(n):
-        if not np.isnan(values[i]):
-            valid[m] = i
+    for p in range(n):
+        r = p if identity or not in_order else rows[p]
+        if not np.isnan(values[r]):
+            valid[m] = r
             m += 1
     valid = valid[:m]
     if in_order:
@@ -229,29 +342,136 @@ def standardize_in_scopes(
 
 
 @jit
-def sorted_runs(key: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Runs of equal keys in sorted order. order: int64 [N], positions sorted by key.
-    Returns (run int64 [N]: run number of each position, numbered in sorted order; rows and
-    reps int64 [P]: every member of a run of two or more but its first, with that first
-    member, the pairs whose anchors must be compared)."""
-    n = len(order)
-    run = np.empty(n, dtype=np.int64)
-    rows = np.empty(n, dtype=np.int64)
-    reps = np.empty(n, dtype=np.int64)
-    p = 0
-    r = -1
-    rep = -1
+def trajectory_index(traj: np.ndarray, step: np.ndarray, n_traj: int) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ordered by (trajectory code, step): the index of checks._structure_checks, built in
+    two passes when the steps of every trajectory are 0..T−1 without duplicates (the checks'
+    numpy code finds and reports the offending rows otherwise).
+
+    traj: int64 [N] in 0..n_traj−1; step: int64 [N]. Returns (the steps are valid, order int64
+    [N] file row of each position, start int64 [T], length int64 [T])."""
+    n = len(traj)
+    length = np.zeros(n_traj, dtype=np.int64)
     for i in range(n):
-        row = order[i]
-        if i == 0 or key[row] != key[order[i - 1]]:
-            r += 1
-            rep = row
-        else:
-            rows[p] = row
-            reps[p] = rep
-            p += 1
-        run[row] = r
-    return run, rows[:p], reps[:p]
+        length[traj[i]] += 1
+    start = np.empty(n_traj, dtype=np.int64)
+    acc = 0
+    for t in range(n_traj):
+        start[t] = acc
+        acc += length[t]
+    order = np.empty(n, dtype=np.int64)
+    filled = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        t = traj[i]
+        s = step[i]
+        if s < 0 or s >= length[t] or filled[start[t] + s]:
+            return False, order, start, length
+        filled[start[t] + s] = True
+        order[start[t] + s] = i
+    return True, order, start, length
+
+
+@jit
+def step_groups_by_hash(
+    hashes: np.ndarray,
+    rows: np.ndarray,
+    traj_start: np.ndarray,
+    traj_len: np.ndarray,
+    traj_group: np.ndarray,
+    canonical_traj_order: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step groups from anchor hashes: rows of one episode group with equal hashes share a
+    code. Trajectories are walked in canonical order (which visits the episode groups one after
+    the other), steps ascending, and every new (group, hash) gets the next code, so the codes
+    are numbered by first appearance in canonical order: the step_group_id that is written out.
+    Within an episode group a small open-addressing table (linear probing, cleared per group)
+    finds the code of a hash.
+
+    hashes: uint64 [N] per row; rows: int64 [N] the rows of each trajectory in step order
+    (empty: the identity); traj_start, traj_len, traj_group: int64 [T]; canonical_traj_order:
+    int64 [T] the trajectories in canonical order. Returns (codes int64 [N] per row, size
+    int64 [K] rows per code, rep int64 [K] each code's first row in file order)."""
+    n = len(hashes)
+    n_traj = len(traj_start)
+    identity = len(rows) == 0
+    codes = np.empty(n, dtype=np.int64)
+    size = np.zeros(n, dtype=np.int64)
+    rep = np.empty(n, dtype=np.int64)
+    # the largest episode group, in rows, sizes the table
+    biggest = 0
+    i = 0
+    while i < n_traj:
+        g = traj_group[canonical_traj_order[i]]
+        total = 0
+        while i < n_traj and traj_group[canonical_traj_order[i]] == g:
+            total += traj_len[canonical_traj_order[i]]
+            i += 1
+        biggest = max(biggest, total)
+    cap = 16
+    while cap < 2 * biggest:
+        cap *= 2
+    keys = np.empty(cap, dtype=np.uint64)
+    slot_code = np.full(cap, -1, dtype=np.int64)
+    k = 0
+    i = 0
+    while i < n_traj:
+        g = traj_group[canonical_traj_order[i]]
+        j = i
+        total = 0
+        while j < n_traj and traj_group[canonical_traj_order[j]] == g:
+            total += traj_len[canonical_traj_order[j]]
+            j += 1
+        width = 16
+        while width < 2 * total:
+            width *= 2
+        mask = np.uint64(width - 1)
+        for q in range(i, j):
+            t = canonical_traj_order[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                row = p if identity else rows[p]
+                h = hashes[row]
+                s = np.int64((h ^ (h >> np.uint64(29))) & mask)
+                while slot_code[s] >= 0 and keys[s] != h:
+                    s = (s + 1) & (width - 1)
+                c = slot_code[s]
+                if c < 0:
+                    c = k
+                    keys[s] = h
+                    slot_code[s] = c
+                    rep[c] = row
+                    k += 1
+                codes[row] = c
+                size[c] += 1
+                if row < rep[c]:
+                    rep[c] = row
+        for s in range(width):
+            slot_code[s] = -1
+        i = j
+    return codes, size[:k].copy(), rep[:k].copy()
+
+
+@jit
+def verification_pairs(codes: np.ndarray, size: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of rows whose anchors must be compared to confirm the step groups: every row
+    of a code with two or more rows, but the code's first row, with that first row (so that a
+    streaming comparison in file order meets the representative first). codes: int64 [N] per
+    row; size, rep: int64 [K] (see `step_groups_by_hash`). Returns (rows, reps) int64 [P],
+    ascending by row."""
+    n = len(codes)
+    m = 0
+    for i in range(n):
+        c = codes[i]
+        if size[c] > 1 and i != rep[c]:
+            m += 1
+    rows = np.empty(m, dtype=np.int64)
+    reps = np.empty(m, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        c = codes[i]
+        if size[c] > 1 and i != rep[c]:
+            rows[m] = i
+            reps[m] = rep[c]
+            m += 1
+    return rows, reps
 
 
 @jit
@@ -283,11 +503,12 @@ def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes:
 
 @jit
 def trajectory_sums(
-    x: np.ndarray, u: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
+    x: np.ndarray, u: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-trajectory sums, in step order, over the steps where u is not NaN, of
-    x, u, (x − mx)², (u − mu)² and (x − mx)(u − mu); and the number of such steps.
-    Returns six float64 [T] arrays (sx, su, sxx, suu, sxu, count)."""
+    """Per-trajectory sums, in step order (`rows`, see `discounted_returns`), over the steps
+    where u is not NaN, of x, u, (x − mx)², (u − mu)² and (x − mx)(u − mu); and the number of
+    such steps. Returns six float64 [T] arrays (sx, su, sxx, suu, sxu, count)."""
+    identity = len(rows) == 0
     n_traj = len(start)
     sx = np.zeros(n_traj)
     su = np.zeros(n_traj)
@@ -297,16 +518,34 @@ def trajectory_sums(
     count = np.zeros(n_traj)
     for t in range(n_traj):
         for i in range(start[t], start[t] + length[t]):
-            if not np.isnan(u[i]):
-                dx = x[i] - mx
-                du = u[i] - mu
-                sx[t] += x[i]
-                su[t] += u[i]
+            r = i if identity else rows[i]
+            if not np.isnan(u[r]):
+                dx = x[r] - mx
+                du = u[r] - mu
+                sx[t] += x[r]
+                su[t] += u[r]
                 sxx[t] += dx * dx
                 suu[t] += du * du
                 sxu[t] += dx * du
                 count[t] += 1.0
     return sx, su, sxx, suu, sxu, count
+
+
+@jit
+def trajectory_totals(x: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray, scale: float,
+                      absolute: bool) -> np.ndarray:
+    """Per-trajectory sums of scale·x (|scale·x| when `absolute`), added in step order (`rows`,
+    see `discounted_returns`), so they do not depend on the order of rows in the file.
+    Returns float64 [T]."""
+    identity = len(rows) == 0
+    out = np.zeros(len(start))
+    for t in range(len(start)):
+        acc = 0.0
+        for i in range(start[t], start[t] + length[t]):
+            v = scale * x[i if identity else rows[i]]
+            acc += abs(v) if absolute else v
+        out[t] = acc
+    return out
 
 
 def warm_up() -> None:
@@ -315,12 +554,17 @@ def warm_up() -> None:
     thread while it reads the log, so numba's start-up overlaps the read."""
     f = np.zeros(2)
     i = np.zeros(2, dtype=np.int64)
+    none = i[:0]
     start = np.zeros(1, dtype=np.int64)
     length = np.full(1, 2, dtype=np.int64)
-    discounted_returns(f, start, length, 0.5)
+    discounted_returns(f, none, start, length, 0.5)
+    trajectory_index(i, i, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
-    standardize_in_scopes(f, i, 1, True, 1e-8)
-    standardize_in_scopes(f, i, 1, False, 1e-8)
-    sorted_runs(np.zeros(2, dtype=np.uint64), np.arange(2, dtype=np.int64))
+    normalize_step_groups(f, i, none, start, length, start, start, True, 1e-6)
+    standardize_in_scopes(f, i, 1, True, none, 1e-8)
+    standardize_in_scopes(f, i, 1, False, none, 1e-8)
+    codes, size, rep = step_groups_by_hash(np.zeros(2, dtype=np.uint64), none, start, length, start, start)
+    verification_pairs(codes, size, rep)
     renumber_by_first_position(i, np.arange(2, dtype=np.int64), 1)
-    trajectory_sums(f, f, start, length, 0.0, 0.0)
+    trajectory_sums(f, f, none, start, length, 0.0, 0.0)
+    trajectory_totals(f, none, start, length, 1.0, True)

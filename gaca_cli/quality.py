@@ -491,7 +491,7 @@ STEP_ONLY = "A^S only (reference)"
 
 
 def read_truth(log: Log, order: np.ndarray, env: TabularEnv) -> Truth:
-    """The truth columns of a sampled log, in the canonical order `order` (StepIndex.order)."""
+    """The truth columns of a sampled log at the file rows `order`."""
     table = log.table
     code = {name: i for i, name in enumerate(env.state_names)}
     state = np.asarray([code[x] for x in table.column(C.ANCHOR_OBS).to_pylist()], dtype=np.int64)[order]
@@ -516,7 +516,7 @@ def evaluate_log(log: Log, env: TabularEnv, config: QualityConfig) -> list[dict]
     for label, adv_config in config.estimators():
         run = compute_advantages(log, adv_config)
         if truth is None:
-            truth = read_truth(log, run.index.order, env)
+            truth = read_truth(log, np.arange(log.table.num_rows), env)  # results come in file order
         beta = adv_config.beta if adv_config.method == "gaca" else (0.0 if adv_config.method == "gigpo" else None)
         out.append({"label": label, "method": adv_config.method, "beta": beta,
                     **score_advantages(run.result.advantage, truth)})

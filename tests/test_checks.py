@@ -549,3 +549,43 @@ def test_validate_map_reports_original_names(tmp_path):
     res = runner.invoke(app, ["advantages", str(log), "--map", "reward=r", "--method", "grpo", "-o", str(tmp_path / "o.parquet")])
     assert res.exit_code == 1
     assert_one_error_line(res.stderr, "column 'r'", "(t0, 0)")
+
+
+# --------------------------------------------------------------------------- compiled index
+
+
+def _memory_log(table: pa.Table):
+    import numpy as np
+
+    from gaca_cli.io import Log
+
+    return Log(table=table, files=("<memory>",), file_row_ends=np.array([table.num_rows], dtype=np.int64))
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("canonical", [True, False])
+def test_compiled_index_matches_numpy(seed, canonical):
+    """`gaca advantages` builds the row index with a compiled kernel (the steps valid) and
+    falls back to the numpy code to report; both give the same index, violations, warnings."""
+    import random
+
+    import numpy as np
+
+    from gaca_cli.checks import inspect_log
+    from tests.reference import random_rows, rows_to_table
+
+    rows = random_rows(seed, max_groups=5, max_trajs=5, max_steps=6)
+    rng = random.Random(seed)
+    kind = seed % 3  # 0: clean, 1: a duplicate step, 2: a gap
+    if kind and len(rows) > 1:
+        victim = rng.choice([r for r in rows if r["step_idx"] > 0] or rows)
+        victim["step_idx"] = 0 if kind == 1 else victim["step_idx"] + 7
+    table = rows_to_table(rows)
+    plain_run = inspect_log(_memory_log(table), "advantages:gigpo", canonical)
+    compiled_run = inspect_log(_memory_log(table), "advantages:gigpo", canonical, compiled=True)
+    assert [str(v) for v in compiled_run.violations] == [str(v) for v in plain_run.violations]
+    assert compiled_run.warnings == plain_run.warnings
+    assert (compiled_run.index is None) == (plain_run.index is None)
+    if plain_run.index is not None:
+        for name in ("order", "traj", "traj_start", "traj_len", "traj_group", "canonical_start"):
+            np.testing.assert_array_equal(getattr(compiled_run.index, name), getattr(plain_run.index, name), strict=True)

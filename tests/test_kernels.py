@@ -1,21 +1,23 @@
-"""Every compiled loop in gaca_cli/kernels.py against its numpy twin, bit for bit.
+"""Every compiled loop in gaca_cli/kernels.py against its numpy twin or a plain loop, bit for bit.
 
 The twins below are the pure-numpy code that shipped before the kernels (git 314a8e2~1:
 gaca_cli/estimators.py `discounted_returns`, `_order_by_code_then_value`, `_moments`,
-`normalize_in_groups`, `standardize_in_scopes`; gaca_cli/grouping.py `equal_key_codes`,
-`_renumber_by_first_appearance`), ported here
-unchanged in their arithmetic, plus plain-Python loops where numpy has no direct form
-(group order, renumbering by first position). kernels.py promises the same floating-point
+`normalize_in_groups`, `standardize_in_scopes`; gaca_cli/grouping.py
+`_renumber_by_first_appearance`), ported here unchanged in their arithmetic, plus plain-Python
+loops where numpy has no direct form (group order, renumbering by first position, step groups
+by hash, per-trajectory sums, the row index). kernels.py promises the same floating-point
 operations in the same order, so float results are compared bit for bit: equal NaN
-positions and equal bits everywhere else (so -0.0 ≠ 0.0).
+positions and equal bits everywhere else (so -0.0 ≠ 0.0). Kernels that walk trajectories
+through `rows` (each trajectory's rows in step order) are also run with the rows moved to
+other places in the file, and must give the same value per row.
 
 Inputs are seeded random arrays of several shapes plus the edge cases (empty input, unused
 codes, singleton and constant groups, groups above the insertion-sort threshold, ties, values
 1e9 + k·1e-3, values ~1e300 whose squares overflow, ±inf/NaN), and Hypothesis for the
 moments, normalisation and standardisation (derandomized, no example database).
 
-Arrays are passed with the dtypes the library passes (float64, int64, uint64 keys, bool
-`done`), so the kernels' on-disk compile cache is reused.
+Arrays are passed with the dtypes the library passes (float64, int64, uint64 hashes), so the
+kernels' on-disk compile cache is reused.
 """
 
 from __future__ import annotations
@@ -170,31 +172,6 @@ def twin_standardize_in_scopes(values, codes, n_codes, in_order, floor):
     return z, int(np.sum(flat & (count > 0)))
 
 
-def twin_sorted_runs(key: np.ndarray, order: np.ndarray):
-    """Old grouping.equal_key_codes, its run step: (run of each position, and the members of
-    multi-member runs with their run's first sorted member). The old code also paired each
-    run's first member with itself (a trivially true comparison); the kernel leaves those
-    pairs out, so they are dropped here."""
-    n = len(order)
-    if n == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    ks = key[order]
-    new_run = np.empty(n, dtype=bool)
-    new_run[0] = True
-    np.not_equal(ks[1:], ks[:-1], out=new_run[1:])
-    run_sorted = np.cumsum(new_run) - 1
-    run_start = np.flatnonzero(new_run)
-    run_size = np.diff(np.append(run_start, n))
-    codes = np.empty(n, dtype=np.int64)
-    codes[order] = run_sorted
-    multi = run_size[run_sorted] > 1
-    rows = order[multi]
-    reps = order[run_start[run_sorted[multi]]]
-    not_self = rows != reps
-    return codes, rows[not_self], reps[not_self]
-
-
 def loop_renumber(codes, position, n_codes) -> np.ndarray:
     """Walk the rows by ascending position; a code gets the next number when first seen."""
     row_at = {int(p): i for i, p in enumerate(position.tolist())}
@@ -272,6 +249,16 @@ def make_grouped(seed, m, n_codes, kind):
 # ------------------------------------------------------------------------------ discounted_returns
 
 
+NO_ROWS = np.zeros(0, dtype=np.int64)  # the kernels' identity `rows`
+
+
+def in_file(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`values` (one per index position) moved to the file rows `rows` (position -> row)."""
+    out = np.empty_like(values)
+    out[rows] = values
+    return out
+
+
 def trajectories(rng: np.random.Generator, n_traj: int, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(traj code of each row, start, length) for contiguous trajectories of ≥ 1 step."""
     length = rng.integers(1, max_len + 1, size=n_traj).astype(np.int64)
@@ -287,9 +274,12 @@ def test_discounted_returns_matches_numpy(seed, n_traj, max_len, gamma):
     traj, start, length = trajectories(rng, n_traj, max_len)
     for kind in KINDS:
         reward = random_values(rng, len(traj), kind)
-        got = kernels.discounted_returns(reward, start, length, gamma)
+        got = kernels.discounted_returns(reward, NO_ROWS, start, length, gamma)
         assert_bits(got, twin_discounted_returns(reward, traj, n_traj, gamma), f"{kind} vs numpy")
         assert_bits(got, loop_discounted_returns(reward, start, length, gamma), f"{kind} vs loop")
+        # the same rows in another order, walked through `rows`: the same values per row
+        rows = rng.permutation(len(reward)).astype(np.int64)
+        assert_bits(kernels.discounted_returns(in_file(reward, rows), rows, start, length, gamma)[rows], got, "rows")
 
 
 def test_discounted_returns_edges():
@@ -297,11 +287,11 @@ def test_discounted_returns_edges():
     an overflowing suffix sum gives inf exactly as numpy does."""
     reward = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     start, length = np.array([0, 3, 4], dtype=np.int64), np.array([3, 1, 1], dtype=np.int64)
-    assert_bits(kernels.discounted_returns(reward, start, length, 0.0), reward)
-    assert_bits(kernels.discounted_returns(reward, start, length, 1.0), np.array([6.0, 5.0, 3.0, 4.0, 5.0]))
+    assert_bits(kernels.discounted_returns(reward, NO_ROWS, start, length, 0.0), reward)
+    assert_bits(kernels.discounted_returns(reward, NO_ROWS, start, length, 1.0), np.array([6.0, 5.0, 3.0, 4.0, 5.0]))
     huge = np.array([1e308, 1e308, 1e308])
     one = np.array([0], dtype=np.int64)
-    got = kernels.discounted_returns(huge, one, np.array([3], dtype=np.int64), 1.0)
+    got = kernels.discounted_returns(huge, NO_ROWS, one, np.array([3], dtype=np.int64), 1.0)
     with np.errstate(over="ignore"):
         assert_bits(got, twin_discounted_returns(huge, np.zeros(3, dtype=np.int64), 1, 1.0))
     assert got.tolist() == [np.inf, np.inf, 1e308]
@@ -477,10 +467,16 @@ def test_normalize_in_groups_nan(normalize_by_std):
 
 
 def check_standardize(values, codes, n_codes, in_order):
-    got = kernels.standardize_in_scopes(values, codes, n_codes, in_order, Z_STD_FLOOR)
+    got = kernels.standardize_in_scopes(values, codes, n_codes, in_order, NO_ROWS, Z_STD_FLOOR)
     expected = twin_standardize_in_scopes(values, codes, n_codes, in_order, Z_STD_FLOOR)
     assert_bits(got[0], expected[0], "z")
     assert int(got[1]) == expected[1], "flat scopes"
+    # the same values at other rows, visited through `rows`: the same z per value
+    rows = np.random.default_rng(len(values)).permutation(len(values)).astype(np.int64)
+    moved = kernels.standardize_in_scopes(in_file(values, rows), in_file(codes, rows), n_codes, in_order, rows,
+                                          Z_STD_FLOOR)
+    assert_bits(moved[0][rows], expected[0], "z through rows")
+    assert int(moved[1]) == expected[1]
 
 
 @pytest.mark.parametrize("in_order", [False, True])
@@ -513,7 +509,7 @@ def test_standardize_in_scopes_edges(in_order):
         perm = np.random.default_rng(5).permutation(len(values))
         values, codes = values[perm], codes[perm]
     check_standardize(values, codes, len(scopes) + 2, in_order)
-    z, n_flat = kernels.standardize_in_scopes(values, codes, len(scopes) + 2, in_order, Z_STD_FLOOR)
+    z, n_flat = kernels.standardize_in_scopes(values, codes, len(scopes) + 2, in_order, NO_ROWS, Z_STD_FLOOR)
     assert n_flat == 3  # one value, constant, below the floor (the NaN-only scope has no values)
     assert np.all(z[np.isnan(values)] == 0.0)
     check_standardize(np.full(4, np.nan), np.zeros(4, dtype=np.int64), 1, in_order)
@@ -562,28 +558,112 @@ def test_hypothesis_standardize(case, in_order):
     check_standardize(values, codes, n_codes, in_order)
 
 
-# ------------------------------------------------------------------------------ sorted_runs
+# ------------------------------------------------------------------------------ step_groups_by_hash
+
+
+def random_index(rng: np.random.Generator, n_traj: int, n_groups: int, max_len: int, identity: bool):
+    """A random row index: trajectory lengths, groups, a canonical order of the trajectories
+    (groups contiguous) and an order (index position -> file row)."""
+    traj_len = rng.integers(1, max_len + 1, size=n_traj).astype(np.int64)
+    traj_start = (np.cumsum(traj_len) - traj_len).astype(np.int64)
+    traj_group = rng.integers(0, n_groups, size=n_traj).astype(np.int64)
+    canon = np.lexsort((rng.permutation(n_traj), rng.permutation(n_groups)[traj_group])).astype(np.int64)
+    n = int(traj_len.sum())
+    order = np.zeros(0, dtype=np.int64) if identity else rng.permutation(n).astype(np.int64)
+    return traj_start, traj_len, traj_group, canon, order
+
+
+def loop_step_groups(hashes, order, traj_start, traj_len, traj_group, canon):
+    """Walk trajectories in canonical order, steps ascending; a new (group, hash) gets the next
+    code. Returns (code of each row, rows per code, each code's smallest row)."""
+    codes = np.empty(len(hashes), dtype=np.int64)
+    seen: dict[tuple[int, int], int] = {}
+    members: list[list[int]] = []
+    for t in canon.tolist():
+        for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+            row = p if len(order) == 0 else int(order[p])
+            key = (int(traj_group[t]), int(hashes[row]))
+            if key not in seen:
+                seen[key] = len(seen)
+                members.append([])
+            codes[row] = seen[key]
+            members[seen[key]].append(row)
+    return codes, np.array([len(m) for m in members], dtype=np.int64), np.array([min(m) for m in members], dtype=np.int64)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n,n_keys", [(0, 1), (1, 1), (5, 1), (50, 3), (50, 50), (400, 37), (400, 10**6)])
-def test_sorted_runs(seed, n, n_keys):
+@pytest.mark.parametrize("n_traj,n_groups,max_len,n_hashes", [(1, 1, 1, 1), (5, 1, 4, 2), (40, 6, 12, 5), (300, 40, 30, 1000), (300, 300, 3, 2**62)])
+@pytest.mark.parametrize("identity", [False, True])
+def test_step_groups_by_hash(seed, n_traj, n_groups, max_len, n_hashes, identity):
     rng = np.random.default_rng(seed)
-    key = (rng.integers(0, n_keys, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) if n else np.zeros(0, np.uint64)
-    order = np.argsort(key, kind="stable" if seed % 2 else "quicksort").astype(np.int64)
-    run, rows, reps = kernels.sorted_runs(key, order)
-    twin = twin_sorted_runs(key, order)
-    for a, e in zip((run, rows, reps), twin):
+    traj_start, traj_len, traj_group, canon, order = random_index(rng, n_traj, n_groups, max_len, identity)
+    n = int(traj_len.sum())
+    hashes = (rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    got = kernels.step_groups_by_hash(hashes, order, traj_start, traj_len, traj_group, canon)
+    expected = loop_step_groups(hashes, order, traj_start, traj_len, traj_group, canon)
+    for a, e in zip(got, expected):
         np.testing.assert_array_equal(a, e, strict=True)
-    # dense in sorted order; rows/reps: exactly the non-first members, with their run's first
-    if n:
-        assert run[order[0]] == 0 and set(np.diff(run[order]).tolist()) <= {0, 1}
-        assert run.max() + 1 == len(np.unique(key))
-    firsts = {int(run[order[i]]): int(order[i]) for i in range(n - 1, -1, -1)}
-    expected_rows = [int(order[i]) for i in range(1, n) if key[order[i]] == key[order[i - 1]]]
-    assert rows.tolist() == expected_rows
-    assert reps.tolist() == [firsts[int(run[r])] for r in expected_rows]
-    assert np.all(key[rows] == key[reps])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n_traj,n_groups,max_len,n_hashes", [(1, 1, 1, 1), (5, 1, 4, 2), (40, 6, 12, 5), (300, 40, 30, 1000), (200, 3, 60, 4)])
+@pytest.mark.parametrize("identity", [False, True])
+@pytest.mark.parametrize("normalize_by_std", [False, True])
+def test_normalize_step_groups(seed, n_traj, n_groups, max_len, n_hashes, identity, normalize_by_std):
+    """Episode group by episode group, the same values as normalize_in_groups, bit for bit
+    (groups above the insertion-sort threshold and ties included); codes not numbered by
+    episode group are refused."""
+    rng = np.random.default_rng(seed)
+    traj_start, traj_len, traj_group, canon, order = random_index(rng, n_traj, n_groups, max_len, identity)
+    n = int(traj_len.sum())
+    hashes = (rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    codes, _, _ = kernels.step_groups_by_hash(hashes, order, traj_start, traj_len, traj_group, canon)
+    k = int(codes.max()) + 1
+    for kind in KINDS:
+        values = random_values(rng, n, kind)
+        ok, out, size, single, const = kernels.normalize_step_groups(
+            values, codes, order, traj_start, traj_len, traj_group, canon, normalize_by_std, EPS
+        )
+        assert ok
+        e_out, e_single, e_const = kernels.normalize_in_groups(values, codes, k, normalize_by_std, EPS)
+        assert_bits(out, e_out, kind)
+        assert (single, const) == (e_single, e_const)
+        np.testing.assert_array_equal(size, np.bincount(codes, minlength=k)[codes], strict=True)
+    # codes renumbered at random: accepted exactly when each episode group's codes still
+    # follow the previous group's (in canonical order), and then still right
+    shuffled = rng.permutation(k)[codes]
+    ok, out, _, single, const = kernels.normalize_step_groups(
+        values, shuffled, order, traj_start, traj_len, traj_group, canon, normalize_by_std, EPS
+    )
+    expected_ok, k0, a = True, 0, 0
+    while a < len(canon):
+        b = a
+        group_codes = []
+        while b < len(canon) and traj_group[canon[b]] == traj_group[canon[a]]:
+            t = canon[b]
+            group_codes += [int(shuffled[p if identity else order[p]]) for p in range(traj_start[t], traj_start[t] + traj_len[t])]
+            b += 1
+        expected_ok &= min(group_codes) >= k0 and max(group_codes) < k0 + len(group_codes)
+        k0, a = max(group_codes) + 1, b
+    assert ok == expected_ok
+    if ok:
+        e_out, e_single, e_const = kernels.normalize_in_groups(values, shuffled, k, normalize_by_std, EPS)
+        assert_bits(out, e_out, "renumbered")
+        assert (single, const) == (e_single, e_const)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_verification_pairs(seed):
+    rng = np.random.default_rng(seed)
+    n = 500
+    codes = rng.integers(0, 120, size=n).astype(np.int64)
+    k = int(codes.max()) + 1
+    size = np.bincount(codes, minlength=k).astype(np.int64)
+    rep = np.array([np.flatnonzero(codes == c).min() if size[c] else 0 for c in range(k)], dtype=np.int64)
+    rows, reps = kernels.verification_pairs(codes, size, rep)
+    expected = [(i, int(rep[codes[i]])) for i in range(n) if size[codes[i]] > 1 and i != rep[codes[i]]]
+    assert list(zip(rows.tolist(), reps.tolist())) == expected
+    assert np.all(reps < rows)  # the representative comes first in file order
 
 
 # ------------------------------------------------------------------------------ renumber_by_first_position
@@ -618,7 +698,11 @@ def test_trajectory_sums_match_numpy(seed):
     u = rng.gamma(2.0, 0.3, size=n)
     u[rng.random(n) < 0.3] = np.nan
     mx, mu = float(rng.standard_normal()), float(rng.standard_normal())
-    got = kernels.trajectory_sums(x, u, start, length, mx, mu)
+    got = kernels.trajectory_sums(x, u, NO_ROWS, start, length, mx, mu)
+    rows = rng.permutation(n).astype(np.int64)
+    moved = kernels.trajectory_sums(in_file(x, rows), in_file(u, rows), rows, start, length, mx, mu)
+    for a, b in zip(moved, got):
+        assert_bits(a, b, "through rows")
     expected = [np.zeros(len(start)) for _ in range(6)]
     for t, (a, k) in enumerate(zip(start, length)):
         for i in range(a, a + k):
@@ -628,6 +712,54 @@ def test_trajectory_sums_match_numpy(seed):
                     expected[j][t] += term
     for name, a, e in zip(("sx", "su", "sxx", "suu", "sxu", "count"), got, expected):
         assert_bits(a, e, name)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("absolute", [False, True])
+def test_trajectory_totals(seed, absolute):
+    """Σ scale·x (or |scale·x|) per trajectory, added in step order as a plain loop does,
+    whatever the rows' order in the file."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(1, 30, size=int(rng.integers(1, 40)))
+    start = np.cumsum(length) - length
+    n = int(length.sum())
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 9, size=n)
+    scale = float(rng.choice([1.0, 0.3, 2.5]))
+    got = kernels.trajectory_totals(x, NO_ROWS, start, length, scale, absolute)
+    expected = np.zeros(len(start))
+    for t, (a, k) in enumerate(zip(start, length)):
+        acc = 0.0
+        for i in range(a, a + k):
+            acc += abs(scale * x[i]) if absolute else scale * x[i]
+        expected[t] = acc
+    assert_bits(got, expected, "totals")
+    rows = rng.permutation(n).astype(np.int64)
+    assert_bits(kernels.trajectory_totals(in_file(x, rows), rows, start, length, scale, absolute), expected, "rows")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("damage", ["none", "duplicate", "gap", "negative", "beyond"])
+def test_trajectory_index(seed, damage):
+    """Rows ordered by (trajectory, step) when every trajectory's steps are 0..T−1 without
+    duplicates; invalid steps are reported as such (the numpy checks then name the rows)."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(1, 9, size=int(rng.integers(1, 30)))
+    traj = np.repeat(np.arange(len(length), dtype=np.int64), length)
+    step = np.concatenate([np.arange(k, dtype=np.int64) for k in length])
+    perm = rng.permutation(len(traj))
+    traj, step = traj[perm], step[perm]
+    long = np.flatnonzero(length[traj] > 1)
+    if damage != "none" and len(long):
+        i = int(rng.choice(long))
+        step[i] = {"duplicate": (step[i] + 1) % length[traj[i]], "gap": length[traj[i]] + 3,
+                   "negative": -1, "beyond": length[traj[i]]}[damage]
+    valid, order, start, count = kernels.trajectory_index(traj, step, len(length))
+    np.testing.assert_array_equal(count, np.bincount(traj, minlength=len(length)), strict=True)
+    np.testing.assert_array_equal(start, np.cumsum(count) - count, strict=True)
+    expected_valid = damage == "none" or not len(long)
+    assert valid == expected_valid
+    if valid:
+        np.testing.assert_array_equal(order, np.lexsort((step, traj)), strict=True)
 
 
 def test_warm_up_runs_every_kernel():
