@@ -1,7 +1,8 @@
 """splice_columns: the spliced file must read back as concat(inputs).drop(drop) + new columns
 (pyarrow and polars), with the carried chunks, statistics and page indexes preserved; its Thrift
 codec must re-encode pyarrow's footers byte for byte; unsafe inputs raise SpliceUnsupported
-before `dest` exists."""
+before `dest` exists; the new columns use the documented encodings (one-value dictionary
+columns written once per row-group length), whatever the number of encoder threads."""
 
 from __future__ import annotations
 
@@ -494,3 +495,167 @@ def test_temporary_file_is_removed_when_the_new_columns_fail(tmp_path):
     with pytest.raises((ValueError, pa.ArrowException)):
         splice_columns([src], [], new_table(20), dest, KV, compression="no-such-codec")
     assert sorted(os.listdir(tmp_path)) == ["a.parquet"]
+
+
+# -------------------------------------------------------------------- new-column encodings
+
+
+def advantages_like(n: int, seed: int = 4, method: str = "gaca") -> pa.Table:
+    """The columns `gaca advantages` appends: floats, int64 ids and sizes, a one-value string."""
+    rng = np.random.default_rng(seed)
+    return pa.table(
+        {
+            "advantage": rng.normal(size=n),
+            "step_group_id": np.arange(n, dtype=np.int64) // 3,
+            "step_group_size": rng.integers(1, 5, n),
+            "adv_method": pa.array([method] * n),
+        }
+    )
+
+
+def schema_elements(path) -> list[bytes]:
+    """The encoded SchemaElements of a file, in order."""
+    return [ps.encode_struct(e) for e in ps.decode_struct(footer_bytes(path)).get(ps.FMD_SCHEMA).items]
+
+
+def test_new_columns_use_the_documented_encodings(tmp_path):
+    src = write(tmp_path / "a.parquet", rich_table(120))
+    dest = str(tmp_path / "out.parquet")
+    meta = check_splice([src], [], advantages_like(120), dest, dictionary_columns=["adv_method"])
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        advantage, group_id, group_size, method = (rg.column(rg.num_columns - 4 + k) for k in range(4))
+        assert advantage.compression == "SNAPPY" and "PLAIN" in advantage.encodings
+        assert "RLE_DICTIONARY" not in advantage.encodings
+        for column in (group_id, group_size):
+            assert column.compression == "UNCOMPRESSED" and "DELTA_BINARY_PACKED" in column.encodings
+        assert method.compression == "SNAPPY" and "RLE_DICTIONARY" in method.encodings
+        for column in (advantage, group_id, group_size, method):
+            assert column.is_stats_set and column.statistics.null_count == 0
+        assert (method.statistics.min, method.statistics.max) == ("gaca", "gaca")
+    # the output's schema elements are those pyarrow writes for the same table
+    plain = str(tmp_path / "plain.parquet")
+    pq.write_table(expected([src], [], advantages_like(120)), plain)
+    assert schema_elements(dest) == schema_elements(plain)
+    os.remove(plain)
+
+
+def test_a_compression_name_applies_to_every_new_column(tmp_path):
+    src = write(tmp_path / "a.parquet", rich_table(60))
+    dest = str(tmp_path / "out.parquet")
+    meta = check_splice([src], [], advantages_like(60), dest, compression="zstd", dictionary_columns=["adv_method"])
+    rg = meta.row_group(0)
+    assert {rg.column(rg.num_columns - 1 - k).compression for k in range(4)} == {"ZSTD"}
+
+
+def test_one_value_column_chunk_is_encoded_once_per_row_group_length(tmp_path):
+    """100 rows in row groups of 30: three equal chunks for the one-value column, then one of 10."""
+    src = write(tmp_path / "a.parquet", rich_table(100), row_group_size=30, write_page_index=True)
+    dest = str(tmp_path / "out.parquet")
+    meta = check_splice([src], ["text"], advantages_like(100), dest, dictionary_columns=["adv_method"])
+    chunks = [chunk_bytes(dest, meta.row_group(i).column(meta.num_columns - 1)) for i in range(4)]
+    assert chunks[0] == chunks[1] == chunks[2] != chunks[3]
+    for i in range(4):
+        column = meta.row_group(i).column(meta.num_columns - 1)
+        assert column.has_offset_index and column.has_column_index
+    got = pq.read_table(dest, filters=[("traj_id", ">=", 20)], columns=["traj_id", "adv_method"])
+    assert got.column("adv_method").to_pylist() == ["gaca"] * got.num_rows > []
+    assert got.schema.field("adv_method").type == pa.string()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pa.array(["gaca"] * 30 + ["grpo"] * 60),  # two values in the first row group, one in the others
+        pa.array([""] * 90),
+        pa.array(["ab", "ab"] * 45, pa.large_string()),
+        pa.array([b"\x00\xff"] * 90, pa.binary()),
+        pa.array(["x"] * 89 + [None]),
+        pa.chunked_array([pa.array(["same"] * 35), pa.array(["same"] * 55)]),
+    ],
+    ids=["mixed", "empty_string", "large_string", "binary", "null", "chunked"],
+)
+def test_dictionary_columns_of_one_or_more_values(tmp_path, values):
+    src = write(tmp_path / "a.parquet", rich_table(90), row_group_size=40)
+    new = pa.table({"advantage": np.linspace(0, 1, 90), "adv_method": values})
+    dest = str(tmp_path / "out.parquet")
+    meta = check_splice([src], [], new, dest, dictionary_columns=["adv_method"])
+    for i in range(meta.num_row_groups):
+        assert "RLE_DICTIONARY" in meta.row_group(i).column(meta.num_columns - 1).encodings
+    assert pq.read_schema(dest).field("adv_method").type == new.schema.field("adv_method").type
+
+
+@pytest.mark.parametrize(
+    ("values", "want"),
+    [
+        (pa.array(["gaca"] * 5), b"gaca"),
+        (pa.array(["gaca"] * 5).slice(2), b"gaca"),
+        (pa.array(["a", "gaca", "gaca"]).slice(1), b"gaca"),
+        (pa.chunked_array([pa.array(["ab"]), pa.array([], pa.string()), pa.array(["ab", "ab"])]), b"ab"),
+        (pa.array(["", ""]), b""),
+        (pa.array([b"\x01"] * 3, pa.large_binary()), b"\x01"),
+        (pa.array(["aa", "a", "a"]), None),  # the same bytes, cut in other places
+        (pa.array(["ab", "ba"]), None),
+        (pa.array(["ab", "abab"]), None),
+        (pa.array(["a", None]), None),
+        (pa.array([], pa.string()), None),
+        (pa.array([1, 1]), None),
+        (pa.chunked_array([pa.array(["a"]), pa.array(["b"])]), None),
+    ],
+)
+def test_one_value_reads_the_offsets_and_data(values, want):
+    column = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
+    assert ps._one_value(column) == want
+
+
+def test_nested_and_temporal_new_columns(tmp_path):
+    """New columns with several leaves (list, struct) and timestamps keep their order and values."""
+    n = 70
+    new = pa.table(
+        {
+            "weights": pa.array([[float(i), None] if i % 4 else None for i in range(n)], pa.list_(pa.field("element", pa.float64()))),
+            "detail": pa.array([{"a": i, "b": f"b{i % 2}"} for i in range(n)], INFO),
+            "at": pa.array(np.arange(n) * 1000, pa.timestamp("ms", tz="UTC")),
+            "method": pa.array(["gaca"] * n),
+        }
+    )
+    files = [write(tmp_path / "a.parquet", rich_table(40)), write(tmp_path / "b.parquet", rich_table(30, start=40))]
+    check_splice(files, ["emb"], new, str(tmp_path / "out.parquet"), dictionary_columns=["method"])
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_many_row_groups_in_flight(tmp_path, monkeypatch, workers):
+    monkeypatch.setattr(ps, "_workers", lambda: workers)
+    src = write(tmp_path / "a.parquet", rich_table(230), row_group_size=10, write_page_index=True)
+    meta = check_splice([src], ["info"], advantages_like(230), str(tmp_path / "out.parquet"))
+    assert meta.num_row_groups == 23
+
+
+def test_a_failure_while_writing_removes_the_output(tmp_path, monkeypatch):
+    src = write(tmp_path / "a.parquet", rich_table(200))
+    dest = str(tmp_path / "out.parquet")
+    calls = []
+
+    def failing_copy(*args):
+        calls.append(args)
+        if len(calls) == 12:  # in the second row group
+            raise OSError("disk full")
+        return original(*args)
+
+    original = ps._copy
+    monkeypatch.setattr(ps, "_copy", failing_copy)
+    with pytest.raises(OSError, match="disk full"):
+        splice_columns([src], [], advantages_like(200), dest, KV)
+    assert sorted(os.listdir(tmp_path)) == ["a.parquet"]
+
+
+def test_field_ids_of_new_columns_are_kept(tmp_path):
+    """A PARQUET:field_id on a new column (the one-value dictionary one too) reaches its SchemaElement."""
+    src = write(tmp_path / "a.parquet", rich_table(50))
+    new = advantages_like(50)
+    new = new.cast(pa.schema([f.with_metadata({"PARQUET:field_id": str(10 + i)}) for i, f in enumerate(new.schema)]))
+    dest = str(tmp_path / "out.parquet")
+    check_splice([src], [], new, dest, dictionary_columns=["adv_method"])
+    parquet_schema = str(pq.ParquetFile(dest).schema)
+    for i, name in enumerate(new.column_names):
+        assert f"field_id={10 + i} {name}" in parquet_schema
