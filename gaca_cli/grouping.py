@@ -49,8 +49,8 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
     (byte order of UTF-8), integers numerically. No nulls allowed.
 
     Works chunk by chunk (a column is never concatenated): each chunk is dictionary-encoded
-    (dictionary chunks as they are), the chunks' small dictionaries are merged, and only the
-    distinct values are sorted.
+    (dictionary chunks as they are), and only the chunks' small dictionaries are sorted
+    (`sort_order`); equal neighbours in that order are one value.
     """
     chunks = [arr] if isinstance(arr, pa.Array) else [c for c in arr.chunks if len(c)]
     if not chunks:
@@ -59,7 +59,7 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
     dictionaries: list[pa.Array] = []
     offset_of: dict[tuple, int] = {}  # the chunks of one row group share their dictionary
     seen: list[pa.Array] = []  # keeps every dictionary alive, so no buffer address is reused
-    entries_parts: list[np.ndarray] = []
+    pieces: list[tuple[np.ndarray, int]] = []  # each chunk's indices and its dictionary's offset
     total = 0
     for chunk in chunks:
         if not pa.types.is_dictionary(chunk.type):
@@ -71,21 +71,36 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
             offset_of[key] = total
             dictionaries.append(plain(d))
             total += len(d)
-        idx = chunk.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        idx += offset_of[key]
-        entries_parts.append(idx)
-    entries = np.concatenate(entries_parts) if len(entries_parts) > 1 else entries_parts[0]
+        pieces.append((chunk.indices.to_numpy(zero_copy_only=False), offset_of[key]))
     values = pa.concat_arrays(dictionaries) if len(dictionaries) > 1 else dictionaries[0]
     used = np.zeros(len(values), dtype=bool)
-    used[entries] = True
+    for idx, offset in pieces:
+        used[offset:][idx] = True
     used_rows = np.flatnonzero(used)
-    merged = pc.dictionary_encode(values.take(pa.array(used_rows)))
+    # the distinct values: sort the used entries, equal neighbours share a rank
+    entries = values.take(pa.array(used_rows))
+    by_value = sort_order(entries)
+    in_order = entries.take(pa.array(by_value))
+    new = np.ones(len(in_order), dtype=bool)
+    if len(in_order) > 1:
+        new[1:] = ~pc.equal(in_order.slice(1), in_order.slice(0, len(in_order) - 1)).to_numpy(zero_copy_only=False)
+    rank_of_entry = np.empty(len(in_order), dtype=np.int64)
+    rank_of_entry[by_value] = np.cumsum(new) - 1
+    # codes numbered by first appearance among the entries (row group by row group)
+    _, first = np.unique(rank_of_entry, return_index=True)
+    code_of_rank = np.empty(len(first), dtype=np.int64)
+    code_of_rank[np.argsort(first)] = np.arange(len(first), dtype=np.int64)
     entry_code = np.zeros(len(values), dtype=np.int64)
-    entry_code[used_rows] = merged.indices.to_numpy(zero_copy_only=False)
-    order = sort_order(merged.dictionary)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order), dtype=np.int64)
-    return entry_code[entries], rank, merged.dictionary
+    entry_code[used_rows] = code_of_rank[rank_of_entry]
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[code_of_rank] = np.arange(len(first), dtype=np.int64)
+    distinct = in_order.filter(pa.array(new)).take(pa.array(rank))
+    codes = np.empty(sum(len(idx) for idx, _ in pieces), dtype=np.int64)
+    at = 0
+    for idx, offset in pieces:
+        np.take(entry_code[offset:], idx, out=codes[at : at + len(idx)])
+        at += len(idx)
+    return codes, rank, distinct
 
 
 def sort_order(values: pa.Array) -> np.ndarray:
@@ -199,6 +214,26 @@ class PolarsAnchors(Anchors):
         if self.series.dtype != pl.String:
             return None
         return int((self.series.str.len_bytes() == 0).sum())
+
+
+@dataclass(frozen=True)
+class ScannedAnchors(Anchors):
+    """An anchor column that stays on disk: hashes from one streaming pass over the files'
+    pages, and exact comparisons and values from further passes (gaca_cli.anchor_scan)."""
+
+    scan: object  # gaca_cli.anchor_scan.AnchorScan (imported only where it is used)
+
+    def file_hashes(self) -> np.ndarray:
+        return self.scan.hashes
+
+    def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+        return self.scan.equal(rows_a, rows_b)
+
+    def values(self, rows: np.ndarray) -> pa.Array:
+        return self.scan.values(rows)
+
+    def empty_count(self) -> int | None:
+        return int(self.scan.empty)
 
 
 @dataclass(frozen=True)
