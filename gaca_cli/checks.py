@@ -242,12 +242,20 @@ def _structure_checks(
     step = plain(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     ids = _RowIds(traj_of_row, traj_rank, group_of_row, group_rank, step)
     n_traj = len(traj_rank)
-    if compiled:
+    if compiled:  # every structure rule and the index in compiled passes; the numpy code reports
         from gaca_cli import kernels  # numba: imported on use, not by `gaca validate`
 
-        valid, order, starts, lengths = kernels.trajectory_index(traj_of_row, step, n_traj)
+        done = np.zeros(0, dtype=bool)
+        if C.DONE in table.column_names and C.DONE not in bad:
+            done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+        episode_reward = np.zeros(0)
+        if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
+            episode_reward = table.column(C.EPISODE_REWARD).cast(pa.float64()).to_numpy()
+        valid, order, starts, lengths, traj_group = kernels.trajectory_index(
+            traj_of_row, step, group_of_row, done, episode_reward, n_traj
+        )
         if valid:
-            return _trajectory_rules(log, out, bad, canonical, ids, order, starts, lengths)
+            return _index(canonical, ids, order, starts, lengths, traj_group)
     lengths = np.bincount(traj_of_row, minlength=n_traj).astype(np.int64)
     starts = np.cumsum(lengths) - lengths
     in_range = (step >= 0) & (step < lengths[traj_of_row])
@@ -321,11 +329,29 @@ def _trajectory_rules(  # noqa: PLR0913
         out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
         return None
 
+    return _index(canonical, ids, order, starts, lengths, traj_group, traj_by_pos)
+
+
+def _index(  # noqa: PLR0913
+    canonical: bool,
+    ids: _RowIds,
+    order: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    traj_group: np.ndarray,
+    traj_by_pos: np.ndarray | None = None,
+) -> StepIndex:
+    """The StepIndex of a log whose rules hold, from the rows ordered by (trajectory code,
+    step) and each trajectory's start, length and group code."""
+    n, n_traj = len(ids.traj), len(ids.traj_rank)
+    traj_of_row, traj_rank, group_rank, step = ids.traj, ids.traj_rank, ids.group_rank, ids.step
     # canonical order of the trajectories: by sorted group_id, then sorted traj_id
     by_canon = np.lexsort((traj_rank, group_rank[traj_group]))
     canonical_start = np.empty(n_traj, dtype=np.int64)
     canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
     if not canonical:
+        if traj_by_pos is None:
+            traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
         return StepIndex(order, traj_by_pos, starts, lengths, traj_group, len(group_rank), canonical_start, traj_of_row)
     pos = canonical_start[traj_of_row] + step
     order = np.empty(n, dtype=np.int64)

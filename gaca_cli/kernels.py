@@ -342,13 +342,18 @@ def standardize_in_scopes(
 
 
 @jit
-def trajectory_index(traj: np.ndarray, step: np.ndarray, n_traj: int) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
-    """Rows ordered by (trajectory code, step): the index of checks._structure_checks, built in
-    two passes when the steps of every trajectory are 0..T−1 without duplicates (the checks'
-    numpy code finds and reports the offending rows otherwise).
+def trajectory_index(
+    traj: np.ndarray, step: np.ndarray, group: np.ndarray, done: np.ndarray, episode_reward: np.ndarray, n_traj: int
+) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The structure rules of log-schema.md and the row index of checks._structure_checks, in
+    three passes: whether every trajectory's steps are 0..T−1 without duplicates, all its rows
+    have one group, `episode_reward` (when given) is constant and `done` (when given) is true
+    at most on its last step. When a rule is broken the checks' numpy code finds and reports
+    the offending rows; the index is then not valid.
 
-    traj: int64 [N] in 0..n_traj−1; step: int64 [N]. Returns (the steps are valid, order int64
-    [N] file row of each position, start int64 [T], length int64 [T])."""
+    traj: int64 [N] in 0..n_traj−1; step, group: int64 [N]; done: bool [N] or empty;
+    episode_reward: float64 [N] or empty. Returns (every rule holds, order int64 [N] file row
+    of each position (trajectories by code, steps ascending), start, length, group int64 [T])."""
     n = len(traj)
     length = np.zeros(n_traj, dtype=np.int64)
     for i in range(n):
@@ -359,15 +364,30 @@ def trajectory_index(traj: np.ndarray, step: np.ndarray, n_traj: int) -> tuple[b
         start[t] = acc
         acc += length[t]
     order = np.empty(n, dtype=np.int64)
+    traj_group = np.empty(n_traj, dtype=np.int64)
     filled = np.zeros(n, dtype=np.bool_)
     for i in range(n):
         t = traj[i]
         s = step[i]
         if s < 0 or s >= length[t] or filled[start[t] + s]:
-            return False, order, start, length
+            return False, order, start, length, traj_group
         filled[start[t] + s] = True
         order[start[t] + s] = i
-    return True, order, start, length
+    check_done = len(done) > 0
+    check_reward = len(episode_reward) > 0
+    for t in range(n_traj):
+        first = order[start[t]]
+        traj_group[t] = group[first]
+        last = start[t] + length[t] - 1
+        for p in range(start[t], last + 1):
+            r = order[p]
+            if group[r] != traj_group[t]:
+                return False, order, start, length, traj_group
+            if check_reward and not (episode_reward[r] == episode_reward[first]):
+                return False, order, start, length, traj_group
+            if check_done and done[r] and p != last:
+                return False, order, start, length, traj_group
+    return True, order, start, length, traj_group
 
 
 @jit
@@ -558,7 +578,8 @@ def warm_up() -> None:
     start = np.zeros(1, dtype=np.int64)
     length = np.full(1, 2, dtype=np.int64)
     discounted_returns(f, none, start, length, 0.5)
-    trajectory_index(i, i, 1)
+    trajectory_index(i, i, i, np.zeros(0, dtype=np.bool_), f[:0], 1)
+    trajectory_index(i, i, i, np.zeros(2, dtype=np.bool_), f, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
     normalize_step_groups(f, i, none, start, length, start, start, True, 1e-6)
     standardize_in_scopes(f, i, 1, True, none, 1e-8)

@@ -738,28 +738,53 @@ def test_trajectory_totals(seed, absolute):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("damage", ["none", "duplicate", "gap", "negative", "beyond"])
-def test_trajectory_index(seed, damage):
-    """Rows ordered by (trajectory, step) when every trajectory's steps are 0..T−1 without
-    duplicates; invalid steps are reported as such (the numpy checks then name the rows)."""
+@pytest.mark.parametrize("damage", ["none", "duplicate", "gap", "negative", "beyond", "group", "reward", "done"])
+@pytest.mark.parametrize("optional", [False, True])
+def test_trajectory_index(seed, damage, optional):
+    """Rows ordered by (trajectory, step) and each trajectory's group when every rule holds
+    (steps 0..T−1 without duplicates, one group, constant episode_reward, done only on the
+    last step); any broken rule makes the index invalid (the numpy checks then name the rows).
+    Without the optional columns their rules are not checked."""
     rng = np.random.default_rng(seed)
     length = rng.integers(1, 9, size=int(rng.integers(1, 30)))
-    traj = np.repeat(np.arange(len(length), dtype=np.int64), length)
+    n_traj = len(length)
+    traj = np.repeat(np.arange(n_traj, dtype=np.int64), length)
     step = np.concatenate([np.arange(k, dtype=np.int64) for k in length])
+    traj_group = rng.integers(0, 4, size=n_traj).astype(np.int64)
+    group = traj_group[traj]
+    reward = rng.standard_normal(n_traj)[traj]
+    done = step == length[traj] - 1
+    done &= rng.random(len(done)) < 0.7  # unfinished trajectories too
     perm = rng.permutation(len(traj))
-    traj, step = traj[perm], step[perm]
+    traj, step, group, reward, done = traj[perm], step[perm], group[perm], reward[perm], done[perm]
     long = np.flatnonzero(length[traj] > 1)
-    if damage != "none" and len(long):
+    damaged = damage != "none" and len(long) > 0
+    if damaged:
         i = int(rng.choice(long))
-        step[i] = {"duplicate": (step[i] + 1) % length[traj[i]], "gap": length[traj[i]] + 3,
-                   "negative": -1, "beyond": length[traj[i]]}[damage]
-    valid, order, start, count = kernels.trajectory_index(traj, step, len(length))
-    np.testing.assert_array_equal(count, np.bincount(traj, minlength=len(length)), strict=True)
+        k = length[traj[i]]
+        if damage in ("duplicate", "gap", "negative", "beyond"):
+            step[i] = {"duplicate": (step[i] + 1) % k, "gap": k + 3, "negative": -1, "beyond": k}[damage]
+        elif damage == "group":
+            group[i] += 1
+        elif damage == "reward":
+            reward[i] += 1e-9
+        else:
+            done[i] = step[i] != k - 1  # true before the last step (or the last step unmarked)
+            done[np.flatnonzero((traj == traj[i]) & (step == k - 1))] = False
+            done[i] = step[i] != k - 1
+            damaged = bool(done[i])
+    if not optional:
+        args = (np.zeros(0, dtype=bool), np.zeros(0))
+        damaged &= damage not in ("reward", "done")
+    else:
+        args = (done, reward)
+    valid, order, start, count, got_group = kernels.trajectory_index(traj, step, group, *args, n_traj)
+    np.testing.assert_array_equal(count, np.bincount(traj, minlength=n_traj), strict=True)
     np.testing.assert_array_equal(start, np.cumsum(count) - count, strict=True)
-    expected_valid = damage == "none" or not len(long)
-    assert valid == expected_valid
+    assert valid == (not damaged)
     if valid:
         np.testing.assert_array_equal(order, np.lexsort((step, traj)), strict=True)
+        np.testing.assert_array_equal(got_group, traj_group, strict=True)
 
 
 def test_warm_up_runs_every_kernel():
