@@ -16,8 +16,8 @@ from gaca_cli import columns as C
 from gaca_cli.checks import StepIndex, anchor_column, anchor_warnings, anchors_of, prepare_log
 from gaca_cli.errors import GacaError
 from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays, trajectory_totals
-from gaca_cli.grouping import plain, similarity_key_codes, step_group_codes
-from gaca_cli.io import Log, atomic_path, read_log, restore_column_names, write_parquet_atomic
+from gaca_cli.grouping import ScannedAnchors, plain, similarity_key_codes, step_group_codes
+from gaca_cli.io import Log, atomic_path, expand_inputs, read_log, restore_column_names, write_parquet_atomic
 
 
 #: low-cardinality columns worth dictionary-encoding when the whole table is rewritten
@@ -41,24 +41,49 @@ def read_for_advantages(
     paths: Sequence[str | os.PathLike], column_map: Mapping[str, str], config: AdvantagesConfig
 ) -> Log:
     """The columns of the log that `config`'s method reads (`columns_read`), ids read
-    dictionary-encoded (cheap to rank) and anchor text by polars (hashed and compared there)."""
+    dictionary-encoded (cheap to rank). The anchor text of plain Parquet files is never held
+    in memory: gaca_cli.anchor_scan hashes it page by page, and compares the candidates for
+    equal anchors the same way later (`ScannedAnchors`). Layouts the scan does not know, and
+    directories, have the anchor read by polars (hashed and compared there)."""
     threading.Thread(target=_warm_up_kernels, name="gaca-kernels", daemon=True).start()
-    return read_log(
-        paths,
-        column_map,
-        columns=lambda names: columns_read(config, names),
-        dictionary=(C.GROUP_ID, C.TRAJ_ID),
-        via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY),
-    )
+    scanning = not any(is_dir for _, is_dir in expand_inputs(paths))
+    deferred: list[str] = []  # the anchor column, left to the scan
+
+    def choose(names: list[str]) -> list[str]:
+        wanted = columns_read(config, names)
+        if scanning:
+            deferred[:] = [n for n in wanted if n in (C.ANCHOR_KEY, C.ANCHOR_OBS)]
+        return [n for n in wanted if n not in deferred]
+
+    log = read_log(paths, column_map, columns=choose, dictionary=(C.GROUP_ID, C.TRAJ_ID),
+                   via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY))
+    if deferred:
+        scanned = _scan_anchors(log, deferred[0])
+        if scanned is None:
+            return log.with_columns(deferred, via_polars=deferred)
+        log.cache[("anchors", deferred[0])] = ScannedAnchors(scanned)
+    return log
+
+
+def _scan_anchors(log: Log, name: str):
+    """The anchor column's hashes, streamed from the files' pages (gaca_cli.anchor_scan), or
+    None when it is not text or the scan does not know the files' layout."""
+    t = log.file_schema.field(name).type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        return None
+    from gaca_cli.anchor_scan import scan_anchors
+
+    return scan_anchors(log.files, log.original_name(name))
 
 
 def _warm_up_kernels() -> None:
     """Import and load the compiled kernels while the main thread reads (pyarrow and polars
     release the GIL). Errors are left to the real calls, which report them properly."""
     try:
-        from gaca_cli import kernels
+        from gaca_cli import anchor_scan, kernels
 
         kernels.warm_up()
+        anchor_scan.warm_up()
     except Exception:  # noqa: BLE001 - the computation itself will raise it with context
         pass
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import json
 import os
@@ -70,6 +71,25 @@ class Log:
             else:
                 chunks.append(pa.nulls(pq.read_metadata(path).num_rows, self.file_schema.field(column).type))
         return pa.chunked_array(chunks, type=chunks[0].type if chunks else None)
+
+    def with_columns(self, columns: Sequence[str], via_polars: Sequence[str] = ()) -> Log:
+        """The same log with more of its files' columns read into `table` (canonical names;
+        plain files only; `via_polars` as in `read_log`)."""
+        assert self.plain_files, "only a log of plain Parquet files can read more columns"
+        names = [self.original_name(c) for c in columns]
+        fast = [self.original_name(c) for c in via_polars]
+        parts = [_read_file(path, names, (), fast) for path in self.files]
+        try:
+            extra = pa.concat_tables(parts, promote_options="default")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=self.source) from None
+        if extra.num_rows != self.table.num_rows:
+            raise GacaError("the input changed while it was being read; run again", file=self.source)
+        table = self.table
+        for column, name in zip(columns, names):
+            if name in extra.column_names:
+                table = table.append_column(column, extra.column(name))
+        return dataclasses.replace(self, table=table, cache={})
 
     def cached(self, key: object, make: Callable[[], object]) -> object:
         """`make()`, computed once per log (e.g. a column converted for polars)."""

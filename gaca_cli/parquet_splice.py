@@ -131,7 +131,7 @@ def unzigzag(z: int) -> int:
     return (z >> 1) ^ -(z & 1)
 
 
-class _Decoder:
+class ThriftDecoder:
     """Reads Thrift compact-protocol values from `data`, starting at `pos`."""
 
     def __init__(self, data: bytes, pos: int = 0):
@@ -199,7 +199,7 @@ class _Decoder:
 
 def decode_struct(data: bytes) -> Struct:
     """Decode one Thrift compact struct that fills `data` exactly."""
-    decoder = _Decoder(data)
+    decoder = ThriftDecoder(data)
     result = decoder.read_struct()
     if decoder.pos != len(data):
         raise ValueError(f"{len(data) - decoder.pos} bytes after the struct")
@@ -321,7 +321,7 @@ def splice_columns(
     paths = [os.fspath(f) for f in files]
     if not paths or new_columns.num_columns == 0:
         raise SpliceUnsupported("nothing to splice (no input file or no new column)")
-    inputs = [_read_footer(p) for p in paths]
+    inputs = [read_footer(p) for p in paths]
     top, arrow_in = _check_same_files(inputs)
     kept = [name not in drop for name, _, _ in top]
     _check_new_columns(new_columns, [name for (name, _, _), k in zip(top, kept, strict=True) if k], inputs)
@@ -483,7 +483,7 @@ def _combine(files: list[_Input], n: int, names: list[str]) -> _Encoded:
 
 def _memory_piece(inp: _Input, chunk: Struct) -> _Piece:
     """A chunk of an in-memory file, with its bytes and those of its bloom filter and column index."""
-    p = _chunk_piece(inp, chunk)
+    p = chunk_piece(inp, chunk)
     p.data = inp.data[p.start : p.start + p.length]
     md, spans = chunk.get(CC_META_DATA), []
     if md.get(CMD_BLOOM_FILTER_OFFSET) is not None:
@@ -549,7 +549,7 @@ def _plan(inputs: list[_Input], top: list, kept: list[bool]) -> tuple[dict, list
     return leaf_map, plan
 
 
-def _read_footer(path: str) -> _Input:
+def read_footer(path: str) -> _Input:
     """Decode the FileMetaData of `path`; refuse encrypted or malformed files."""
     try:
         size = os.path.getsize(path)
@@ -642,7 +642,7 @@ def _kept_pieces(inp: _Input, rg: Struct, top: list, leaf_owner: list[int], leaf
         path = md.get(CMD_PATH_IN_SCHEMA) if isinstance(md, Struct) else None
         if not isinstance(path, TList) or path.items[:1] != [top[leaf_owner[leaf]][0].encode()]:
             raise SpliceUnsupported(f"{inp.path}: column chunk {leaf} without meta_data or not in the schema")
-    pieces = [_chunk_piece(inp, chunk) for leaf, chunk in enumerate(columns.items) if leaf in leaf_map]
+    pieces = [chunk_piece(inp, chunk) for leaf, chunk in enumerate(columns.items) if leaf in leaf_map]
     sorting = rg.get(RG_SORTING_COLUMNS)
     if sorting is not None:
         if all(s.get(SC_COLUMN_IDX) in leaf_map for s in sorting.items):
@@ -653,7 +653,7 @@ def _kept_pieces(inp: _Input, rg: Struct, top: list, leaf_owner: list[int], leaf
     return pieces
 
 
-def _chunk_piece(inp: _Input, chunk: Struct) -> _Piece:
+def chunk_piece(inp: _Input, chunk: Struct) -> _Piece:
     """Validate a ColumnChunk (inline, unencrypted, ranges inside the data area) and read its
     OffsetIndex."""
     md = chunk.get(CC_META_DATA)

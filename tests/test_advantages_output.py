@@ -29,6 +29,7 @@ from gaca_cli import columns as C
 from gaca_cli.advantages import compute_advantages, read_for_advantages, write_annotated
 from gaca_cli.cli import app
 from gaca_cli.errors import GacaError
+from gaca_cli.grouping import ScannedAnchors
 from gaca_cli.estimators import AdvantagesConfig
 from gaca_cli.io import read_log, read_metadata
 
@@ -425,8 +426,56 @@ def test_columns_read_by_each_method(rich_log, method):
     names = set(log.table.column_names)
     assert {C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.REWARD, C.DONE, C.BEHAVIOR_LOGPROBS} <= names
     assert not names & {C.PROMPT, C.ACTION, "info", "tag"}
-    assert C.ANCHOR_OBS in names  # gigpo/gaca use it; grpo reports its warnings
+    # the anchor text stays on disk: its hashes come from a streaming pass over the pages
+    # (gigpo/gaca group by it; every method reports its warnings)
+    assert C.ANCHOR_OBS not in names
+    assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
     assert set(log.file_schema.names) == set(pq.read_schema(rich_log).names)  # every column's type known
+
+
+def no_scan(monkeypatch) -> None:
+    """Make the anchor scan decline, as it does for layouts it does not know."""
+    import gaca_cli.anchor_scan as anchor_scan
+
+    monkeypatch.setattr(anchor_scan, "scan_anchors", lambda files, column: None)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("similarity", [None, 0.5])
+@pytest.mark.parametrize("layout", ["plain", "dictionary", "pages"])
+def test_scanned_anchors_give_the_outputs_of_read_anchors(tmp_path, rich_log, monkeypatch, method, similarity, layout):
+    """The streamed anchors (hashes and exact comparisons from the pages) and the anchors read
+    into memory by polars (what the scan falls back to) give the same file, summary included,
+    whatever the anchor column's encoding."""
+    table = pq.read_table(rich_log)
+    path = tmp_path / "log.parquet"
+    options = {"plain": {"use_dictionary": False}, "dictionary": {"use_dictionary": True},
+               "pages": {"use_dictionary": False, "data_page_size": 64, "data_page_version": "2.0"}}[layout]
+    pq.write_table(table, path, row_group_size=9, **options)
+    params = {} if similarity is None else {"anchor_similarity": similarity}
+    config = AdvantagesConfig(method=method, **params)
+    scanned_log = read_for_advantages([str(path)], {}, config)
+    assert isinstance(scanned_log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
+    scanned = compute_advantages(scanned_log, config)
+    with monkeypatch.context() as m:
+        no_scan(m)
+        read_log_ = read_for_advantages([str(path)], {}, config)
+        assert C.ANCHOR_OBS in read_log_.table.column_names
+        read = compute_advantages(read_log_, config)
+    assert scanned.new_columns.equals(read.new_columns)
+    assert scanned.summary == read.summary
+    assert scanned.summary["warnings"]["empty_anchors"] == 1
+    assert scanned.summary["warnings"]["differing_initial_anchors"] == 1
+
+
+def test_scan_declined_reads_the_anchor_and_writes_the_same_file(tmp_path, rich_log, monkeypatch):
+    """When the scan declines, the anchor column is read after the others (only it), and the
+    output file is the same."""
+    scanned_out, read_out = tmp_path / "scanned.parquet", tmp_path / "read.parquet"
+    assert library_run([rich_log], "gaca", scanned_out) == "spliced"
+    no_scan(monkeypatch)
+    assert library_run([rich_log], "gaca", read_out) == "spliced"
+    assert_same_file_content(scanned_out, read_out)
 
 
 @pytest.mark.parametrize("statistics", [True, False])

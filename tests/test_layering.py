@@ -22,7 +22,10 @@ UI = {"rich", "typer", "click"}
 
 PURE_MATHS = {"estimators", "kernels"}
 MATHS_LIBRARIES = {"numpy", "numba"}  # numba compiles the loops of gaca_cli.kernels
-DATA = {"columns", "errors", "schema", "io", "checks", "grouping", "estimators", "kernels", "advantages"}
+DATA = {
+    "columns", "errors", "schema", "io", "checks", "grouping", "estimators", "kernels", "advantages", "anchor_scan",
+    "parquet_splice",
+}
 PRESENTATION = {"render", "console"}
 
 
