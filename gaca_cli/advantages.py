@@ -183,7 +183,7 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
         traj_len=index.traj_len,
         traj=index.row_traj,
         traj_group=index.traj_group,
-        canonical_traj_order=index.canonical_traj_order,
+        walk=index.trajectories.walk[0],
         n_groups=index.n_groups,
         reward=_floats(log, C.REWARD),
         episode_reward=episode_reward,

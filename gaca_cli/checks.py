@@ -92,7 +92,7 @@ class StepIndex:  # noqa: PLR0902
         column = plain(table.column(name))
         return column if self.is_identity else column.take(pa.array(self.order))
 
-    @property
+    @functools.cached_property
     def trajectories(self) -> Trajectories:
         """What step grouping needs of the index (gaca_cli.grouping.Trajectories)."""
         return Trajectories(

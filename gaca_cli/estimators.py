@@ -114,8 +114,7 @@ class StepArrays:
     traj_len:       int64 [T]  its number of steps
     traj:           int64 [N]  trajectory code of each row, 0..T-1
     traj_group:     int64 [T]  episode-group code of each trajectory, 0..G-1
-    canonical_traj_order: int64 [T] the trajectories in canonical order (by sorted group_id,
-                               then traj_id; each episode group's together)
+    walk:           int64 [T]  the trajectories grouped by episode group (grouping.group_walk)
     reward:         float64 [N] per-step reward r_t
     episode_reward: float64 [T] logged R(τ), or None to use Σ_t r_t
     step_group:     int64 [N]  step-group code (same episode group and anchor), or None
@@ -127,7 +126,7 @@ class StepArrays:
     traj_len: np.ndarray
     traj: np.ndarray
     traj_group: np.ndarray
-    canonical_traj_order: np.ndarray
+    walk: np.ndarray
     n_groups: int
     reward: np.ndarray
     episode_reward: np.ndarray | None = None
@@ -248,11 +247,10 @@ def step_advantage(
     codes = arrays.step_group
     assert codes is not None, "gigpo and gaca need step groups"
     n_codes = int(codes.max()) + 1
-    # episode group by episode group when the codes are numbered so (as step_group_codes does)
+    # episode group by episode group (step groups never span two), local in memory
     numbered, adv, size, n_singleton, const = kernels.normalize_step_groups(
-        np.ascontiguousarray(returns_to_go, dtype=np.float64), np.ascontiguousarray(codes, dtype=np.int64),
-        arrays.rows, arrays.traj_start, arrays.traj_len, arrays.traj_group, arrays.canonical_traj_order,
-        normalize_by_std, EPS,
+        np.ascontiguousarray(returns_to_go, dtype=np.float64), np.ascontiguousarray(codes, dtype=np.int64), n_codes,
+        arrays.rows, arrays.traj_start, arrays.traj_len, arrays.traj_group, arrays.walk, normalize_by_std, EPS,
     )
     if not numbered:
         adv, n_singleton, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)

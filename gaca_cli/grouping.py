@@ -260,6 +260,11 @@ class Trajectories:
         return np.zeros(0, dtype=np.int64) if self.order is None else self.order
 
     @functools.cached_property
+    def walk(self) -> tuple[np.ndarray, np.ndarray]:
+        """See `group_walk`."""
+        return group_walk(self.traj_group, self.canonical_traj_order)
+
+    @functools.cached_property
     def canonical_row_position(self) -> np.ndarray:
         """int64 [N] each row's place in canonical (group_id, traj_id, step_idx) order."""
         n = len(self.row_traj)
@@ -272,25 +277,43 @@ class Trajectories:
         return out
 
 
+def group_walk(traj_group: np.ndarray, canonical_traj_order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order in which step grouping visits trajectories: grouped by episode group, the
+    groups in the order of their first trajectory (the file's order, so the rows visited one
+    after the other lie close together), each group's trajectories in canonical order; and
+    each group's place in canonical order. traj_group: int64 [T] with every code 0..G-1 used.
+    Returns (walk int64 [T], group_rank int64 [G])."""
+    n_traj = len(traj_group)
+    canon_rank = np.empty(n_traj, dtype=np.int64)
+    canon_rank[canonical_traj_order] = np.arange(n_traj, dtype=np.int64)
+    _, first = np.unique(traj_group, return_index=True)
+    walk = np.lexsort((canon_rank, first[traj_group])).astype(np.int64, copy=False)
+    group_by_canon = traj_group[canonical_traj_order]
+    heads = np.flatnonzero(np.r_[True, group_by_canon[1:] != group_by_canon[:-1]])
+    group_rank = np.empty(len(first), dtype=np.int64)
+    group_rank[group_by_canon[heads]] = np.arange(len(heads), dtype=np.int64)
+    return walk, group_rank
+
+
 def step_group_codes(trajs: Trajectories, anchors: Anchors) -> np.ndarray:
     """Step-group codes of every row: same episode group and same anchor ⇔ same code; dense,
     and numbered by first appearance in canonical (group_id, traj_id, step_idx) order, so they
     are the step_group_id written out and do not depend on the order of rows.
 
-    Method (kernels.step_groups_by_hash): walk the rows in canonical order, episode group by
-    episode group, and look each anchor's hash up in a small table of the group's hashes;
-    then compare every row of a multi-row code with the code's first row, exactly. Codes that
-    mix anchors (a hash collision) are split exactly; the result never depends on the hash.
+    Method (kernels.step_groups_by_hash): take the episode groups one at a time (`group_walk`)
+    and look each anchor's hash up in a small table of the group's hashes; then compare every
+    row of a multi-row code with the code's first row, exactly. Codes that mix anchors (a hash
+    collision) are split exactly; the result never depends on the hash.
     """
     from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
 
     if len(trajs.traj_start) == 0:
         return np.zeros(0, dtype=np.int64)
-    codes, size, rep = kernels.step_groups_by_hash(
+    walk, group_rank = trajs.walk
+    codes, rows, reps = kernels.step_groups_by_hash(
         anchors.file_hashes(), trajs.order_or_empty, trajs.traj_start, trajs.traj_len, trajs.traj_group,
-        trajs.canonical_traj_order,
+        trajs.row_traj, walk, group_rank,
     )
-    rows, reps = kernels.verification_pairs(codes, size, rep)
     if len(rows):
         same = anchors.equal_rows(rows, reps)
         if not same.all():

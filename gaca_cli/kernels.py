@@ -196,25 +196,26 @@ def normalize_in_groups(
 def normalize_step_groups(
     values: np.ndarray,
     codes: np.ndarray,
+    n_codes: int,
     rows: np.ndarray,
     traj_start: np.ndarray,
     traj_len: np.ndarray,
     traj_group: np.ndarray,
-    canonical_traj_order: np.ndarray,
+    walk: np.ndarray,
     normalize_by_std: bool,
     eps: float,
 ) -> tuple[bool, np.ndarray, np.ndarray, int, int]:
     """`normalize_in_groups` for step groups, one episode group at a time: the same values per
-    row, bit for bit, but every group's work stays in a few small buffers (the step groups of
-    an episode group are numbered together), so the pass is local in memory.
+    row, bit for bit, but every group's work stays in a few small buffers, so the pass is
+    local in memory.
 
-    Walks the trajectories in canonical order (episode groups one after the other, see
-    `step_groups_by_hash`); each episode group's codes must be the range right after the
-    previous group's, as canonical numbering makes them. values: float64 [N] per row; codes:
-    int64 [N] per row; rows, traj_*: see `discounted_returns`. Returns (the codes were so
-    numbered (else nothing else is valid and the caller uses `normalize_in_groups`), out
-    float64 [N], size int64 [N] rows in each row's step group, singleton groups, constant
-    groups of two or more)."""
+    Walks the episode groups in the order of `walk` (trajectories grouped by episode group,
+    see `step_groups_by_hash`). Each group's codes must lie in a range no wider than its rows,
+    and no code may occur in two groups (both are checked; step groups never span episode
+    groups). values: float64 [N] per row; codes: int64 [N] per row in 0..n_codes−1; rows,
+    traj_*: see `discounted_returns`. Returns (the codes were so (else nothing else is valid and
+    the caller uses `normalize_in_groups`), out float64 [N], size int64 [N] rows in each row's
+    step group, singleton groups, constant groups of two or more)."""
     n = len(values)
     n_traj = len(traj_start)
     identity = len(rows) == 0
@@ -223,39 +224,47 @@ def normalize_step_groups(
     biggest = 0
     i = 0
     while i < n_traj:
-        g = traj_group[canonical_traj_order[i]]
+        g = traj_group[walk[i]]
         total = 0
-        while i < n_traj and traj_group[canonical_traj_order[i]] == g:
-            total += traj_len[canonical_traj_order[i]]
+        while i < n_traj and traj_group[walk[i]] == g:
+            total += traj_len[walk[i]]
             i += 1
         biggest = max(biggest, total)
-    count = np.zeros(biggest, dtype=np.int64)
-    shared = np.empty(biggest, dtype=np.int64)
-    member_row = np.empty(biggest, dtype=np.int64)
-    member_code = np.empty(biggest, dtype=np.int64)
-    member_value = np.empty(biggest)
+    claimed = np.zeros(n_codes, dtype=np.bool_)
+    count = np.zeros(max(biggest, 1), dtype=np.int64)
+    shared = np.empty(max(biggest, 1), dtype=np.int64)
+    member_row = np.empty(max(biggest, 1), dtype=np.int64)
+    member_code = np.empty(max(biggest, 1), dtype=np.int64)
+    member_value = np.empty(max(biggest, 1))
     n_singleton = 0
     n_constant = 0
-    k0 = 0
     i = 0
     while i < n_traj:
-        g = traj_group[canonical_traj_order[i]]
+        g = traj_group[walk[i]]
         j = i
         total = 0
-        while j < n_traj and traj_group[canonical_traj_order[j]] == g:
-            total += traj_len[canonical_traj_order[j]]
-            j += 1
-        k1 = k0
-        for q in range(i, j):
-            t = canonical_traj_order[q]
+        lo = n_codes
+        hi = -1
+        while j < n_traj and traj_group[walk[j]] == g:
+            t = walk[j]
+            total += traj_len[t]
             for p in range(traj_start[t], traj_start[t] + traj_len[t]):
-                c = codes[p if identity else rows[p]] - k0
-                if c < 0 or c >= total:
-                    return False, out, size, 0, 0
-                count[c] += 1
-                k1 = max(k1, k0 + c + 1)
+                c = codes[p if identity else rows[p]]
+                lo = min(lo, c)
+                hi = max(hi, c)
+            j += 1
+        if hi - lo >= total:
+            return False, out, size, 0, 0
+        for q in range(i, j):
+            t = walk[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                count[codes[p if identity else rows[p]] - lo] += 1
         n_shared = 0
-        for c in range(k1 - k0):
+        for c in range(hi - lo + 1):
+            if count[c] > 0:
+                if claimed[lo + c]:  # the code also occurs in an earlier group
+                    return False, out, size, 0, 0
+                claimed[lo + c] = True
             if count[c] == 1:
                 n_singleton += 1
             if count[c] >= 2:
@@ -263,10 +272,10 @@ def normalize_step_groups(
                 n_shared += 1
         m = 0
         for q in range(i, j):
-            t = canonical_traj_order[q]
+            t = walk[q]
             for p in range(traj_start[t], traj_start[t] + traj_len[t]):
                 r = p if identity else rows[p]
-                c = codes[r] - k0
+                c = codes[r] - lo
                 size[r] = count[c]
                 if count[c] >= 2:
                     member_row[m] = r
@@ -275,11 +284,11 @@ def normalize_step_groups(
                     m += 1
         if m:
             sub, sub_count = group_order(member_code[:m], member_value[:m], n_shared)
-            dev, m2, scale, lo, hi = shifted_moments(member_value[:m][sub], sub_count)
+            dev, m2, scale, lo_v, hi_v = shifted_moments(member_value[:m][sub], sub_count)
             a = 0
             for c in range(n_shared):
                 b = a + sub_count[c]
-                if hi[c] == lo[c]:
+                if hi_v[c] == lo_v[c]:
                     n_constant += 1
                 elif normalize_by_std:
                     denom = scale[c] * np.sqrt(m2[c] / (sub_count[c] - 1)) + eps
@@ -289,9 +298,8 @@ def normalize_step_groups(
                     for x in range(a, b):
                         out[member_row[sub[x]]] = dev[x]
                 a = b
-        for c in range(k1 - k0):
+        for c in range(hi - lo + 1):
             count[c] = 0
-        k0 = k1
         i = j
     return True, out, size, n_singleton, n_constant
 
@@ -397,33 +405,37 @@ def step_groups_by_hash(
     traj_start: np.ndarray,
     traj_len: np.ndarray,
     traj_group: np.ndarray,
-    canonical_traj_order: np.ndarray,
+    row_traj: np.ndarray,
+    walk: np.ndarray,
+    group_rank: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Step groups from anchor hashes: rows of one episode group with equal hashes share a
-    code. Trajectories are walked in canonical order (which visits the episode groups one after
-    the other), steps ascending, and every new (group, hash) gets the next code, so the codes
-    are numbered by first appearance in canonical order: the step_group_id that is written out.
-    Within an episode group a small open-addressing table (linear probing, cleared per group)
-    finds the code of a hash.
+    code, numbered by first appearance in canonical order (the step_group_id written out).
+
+    The episode groups are taken one at a time, in the order of `walk` (trajectories grouped by
+    episode group, each group's in canonical order: groups in the order the file holds them,
+    so the rows visited stay close in memory). Within a group a small open-addressing table
+    (linear probing) finds the code of a hash; codes count from 0 in the group, by first
+    appearance in its canonical order; a last pass adds to each group's codes those of the
+    groups before it in canonical order (`group_rank`). The pairs to compare exactly are found
+    on the way: every row of a multi-row code, with the code's first row in file order.
 
     hashes: uint64 [N] per row; rows: int64 [N] the rows of each trajectory in step order
-    (empty: the identity); traj_start, traj_len, traj_group: int64 [T]; canonical_traj_order:
-    int64 [T] the trajectories in canonical order. Returns (codes int64 [N] per row, size
-    int64 [K] rows per code, rep int64 [K] each code's first row in file order)."""
+    (empty: the identity); traj_start, traj_len, traj_group: int64 [T]; row_traj: int64 [N]
+    trajectory of each row; walk: int64 [T]; group_rank: int64 [G]. Returns (codes int64 [N]
+    per row, pair rows, pair representatives int64 [P])."""
     n = len(hashes)
     n_traj = len(traj_start)
+    n_groups = len(group_rank)
     identity = len(rows) == 0
     codes = np.empty(n, dtype=np.int64)
-    size = np.zeros(n, dtype=np.int64)
-    rep = np.empty(n, dtype=np.int64)
-    # the largest episode group, in rows, sizes the table
     biggest = 0
     i = 0
     while i < n_traj:
-        g = traj_group[canonical_traj_order[i]]
+        g = traj_group[walk[i]]
         total = 0
-        while i < n_traj and traj_group[canonical_traj_order[i]] == g:
-            total += traj_len[canonical_traj_order[i]]
+        while i < n_traj and traj_group[walk[i]] == g:
+            total += traj_len[walk[i]]
             i += 1
         biggest = max(biggest, total)
     cap = 16
@@ -431,21 +443,27 @@ def step_groups_by_hash(
         cap *= 2
     keys = np.empty(cap, dtype=np.uint64)
     slot_code = np.full(cap, -1, dtype=np.int64)
-    k = 0
+    size = np.zeros(max(biggest, 1), dtype=np.int64)
+    rep = np.empty(max(biggest, 1), dtype=np.int64)
+    codes_in_group = np.zeros(n_groups, dtype=np.int64)
+    pair_rows = np.empty(n, dtype=np.int64)  # untouched pages cost nothing
+    pair_reps = np.empty(n, dtype=np.int64)
+    m = 0
     i = 0
     while i < n_traj:
-        g = traj_group[canonical_traj_order[i]]
+        g = traj_group[walk[i]]
         j = i
         total = 0
-        while j < n_traj and traj_group[canonical_traj_order[j]] == g:
-            total += traj_len[canonical_traj_order[j]]
+        while j < n_traj and traj_group[walk[j]] == g:
+            total += traj_len[walk[j]]
             j += 1
         width = 16
         while width < 2 * total:
             width *= 2
         mask = np.uint64(width - 1)
+        k = 0
         for q in range(i, j):
-            t = canonical_traj_order[q]
+            t = walk[q]
             for p in range(traj_start[t], traj_start[t] + traj_len[t]):
                 row = p if identity else rows[p]
                 h = hashes[row]
@@ -457,41 +475,37 @@ def step_groups_by_hash(
                     c = k
                     keys[s] = h
                     slot_code[s] = c
+                    size[c] = 0
                     rep[c] = row
                     k += 1
                 codes[row] = c
                 size[c] += 1
                 if row < rep[c]:
                     rep[c] = row
+        for q in range(i, j):
+            t = walk[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                row = p if identity else rows[p]
+                c = codes[row]
+                if size[c] > 1 and row != rep[c]:
+                    pair_rows[m] = row
+                    pair_reps[m] = rep[c]
+                    m += 1
         for s in range(width):
             slot_code[s] = -1
+        codes_in_group[g] = k
         i = j
-    return codes, size[:k].copy(), rep[:k].copy()
-
-
-@jit
-def verification_pairs(codes: np.ndarray, size: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs of rows whose anchors must be compared to confirm the step groups: every row
-    of a code with two or more rows, but the code's first row, with that first row (so that a
-    streaming comparison in file order meets the representative first). codes: int64 [N] per
-    row; size, rep: int64 [K] (see `step_groups_by_hash`). Returns (rows, reps) int64 [P],
-    ascending by row."""
-    n = len(codes)
-    m = 0
-    for i in range(n):
-        c = codes[i]
-        if size[c] > 1 and i != rep[c]:
-            m += 1
-    rows = np.empty(m, dtype=np.int64)
-    reps = np.empty(m, dtype=np.int64)
-    m = 0
-    for i in range(n):
-        c = codes[i]
-        if size[c] > 1 and i != rep[c]:
-            rows[m] = i
-            reps[m] = rep[c]
-            m += 1
-    return rows, reps
+    by_rank = np.empty(n_groups, dtype=np.int64)
+    for g in range(n_groups):
+        by_rank[group_rank[g]] = g
+    base = np.empty(n_groups, dtype=np.int64)
+    acc = 0
+    for r in range(n_groups):
+        base[by_rank[r]] = acc
+        acc += codes_in_group[by_rank[r]]
+    for row in range(n):
+        codes[row] += base[traj_group[row_traj[row]]]
+    return codes, pair_rows[:m], pair_reps[:m]
 
 
 @jit
@@ -581,11 +595,10 @@ def warm_up() -> None:
     trajectory_index(i, i, i, np.zeros(0, dtype=np.bool_), f[:0], 1)
     trajectory_index(i, i, i, np.zeros(2, dtype=np.bool_), f, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
-    normalize_step_groups(f, i, none, start, length, start, start, True, 1e-6)
+    normalize_step_groups(f, i, 1, none, start, length, start, start, True, 1e-6)
     standardize_in_scopes(f, i, 1, True, none, 1e-8)
     standardize_in_scopes(f, i, 1, False, none, 1e-8)
-    codes, size, rep = step_groups_by_hash(np.zeros(2, dtype=np.uint64), none, start, length, start, start)
-    verification_pairs(codes, size, rep)
+    step_groups_by_hash(np.zeros(2, dtype=np.uint64), none, start, length, start, i, start, start)
     renumber_by_first_position(i, np.arange(2, dtype=np.int64), 1)
     trajectory_sums(f, f, none, start, length, 0.0, 0.0)
     trajectory_totals(f, none, start, length, 1.0, True)

@@ -566,7 +566,7 @@ def random_index(rng: np.random.Generator, n_traj: int, n_groups: int, max_len: 
     (groups contiguous) and an order (index position -> file row)."""
     traj_len = rng.integers(1, max_len + 1, size=n_traj).astype(np.int64)
     traj_start = (np.cumsum(traj_len) - traj_len).astype(np.int64)
-    traj_group = rng.integers(0, n_groups, size=n_traj).astype(np.int64)
+    traj_group = np.unique(rng.integers(0, n_groups, size=n_traj), return_inverse=True)[1].astype(np.int64)
     canon = np.lexsort((rng.permutation(n_traj), rng.permutation(n_groups)[traj_group])).astype(np.int64)
     n = int(traj_len.sum())
     order = np.zeros(0, dtype=np.int64) if identity else rng.permutation(n).astype(np.int64)
@@ -591,18 +591,32 @@ def loop_step_groups(hashes, order, traj_start, traj_len, traj_group, canon):
     return codes, np.array([len(m) for m in members], dtype=np.int64), np.array([min(m) for m in members], dtype=np.int64)
 
 
+def row_traj_of(order: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray) -> np.ndarray:
+    """The trajectory of each file row, from the index (`order`: position -> row)."""
+    traj_by_pos = np.repeat(np.arange(len(traj_len), dtype=np.int64), traj_len)
+    return traj_by_pos if len(order) == 0 else in_file(traj_by_pos, order)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n_traj,n_groups,max_len,n_hashes", [(1, 1, 1, 1), (5, 1, 4, 2), (40, 6, 12, 5), (300, 40, 30, 1000), (300, 300, 3, 2**62)])
 @pytest.mark.parametrize("identity", [False, True])
 def test_step_groups_by_hash(seed, n_traj, n_groups, max_len, n_hashes, identity):
+    """Codes as the canonical walk numbers them, whatever order the groups are taken in; the
+    pairs: every row of a multi-row code but its smallest, with that smallest row."""
+    from gaca_cli.grouping import group_walk
+
     rng = np.random.default_rng(seed)
     traj_start, traj_len, traj_group, canon, order = random_index(rng, n_traj, n_groups, max_len, identity)
     n = int(traj_len.sum())
     hashes = (rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-    got = kernels.step_groups_by_hash(hashes, order, traj_start, traj_len, traj_group, canon)
-    expected = loop_step_groups(hashes, order, traj_start, traj_len, traj_group, canon)
-    for a, e in zip(got, expected):
-        np.testing.assert_array_equal(a, e, strict=True)
+    walk, group_rank = group_walk(traj_group, canon)
+    codes, rows, reps = kernels.step_groups_by_hash(
+        hashes, order, traj_start, traj_len, traj_group, row_traj_of(order, traj_start, traj_len), walk, group_rank
+    )
+    e_codes, e_size, e_rep = loop_step_groups(hashes, order, traj_start, traj_len, traj_group, canon)
+    np.testing.assert_array_equal(codes, e_codes, strict=True)
+    expected = sorted((r, int(e_rep[c])) for r, c in enumerate(e_codes.tolist()) if e_size[c] > 1 and r != e_rep[c])
+    assert sorted(zip(rows.tolist(), reps.tolist())) == expected
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -611,59 +625,50 @@ def test_step_groups_by_hash(seed, n_traj, n_groups, max_len, n_hashes, identity
 @pytest.mark.parametrize("normalize_by_std", [False, True])
 def test_normalize_step_groups(seed, n_traj, n_groups, max_len, n_hashes, identity, normalize_by_std):
     """Episode group by episode group, the same values as normalize_in_groups, bit for bit
-    (groups above the insertion-sort threshold and ties included); codes not numbered by
-    episode group are refused."""
+    (groups above the insertion-sort threshold and ties included); codes that span more than
+    their group's rows, or occur in two groups, are refused."""
+    from gaca_cli.grouping import group_walk
+
     rng = np.random.default_rng(seed)
     traj_start, traj_len, traj_group, canon, order = random_index(rng, n_traj, n_groups, max_len, identity)
     n = int(traj_len.sum())
     hashes = (rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-    codes, _, _ = kernels.step_groups_by_hash(hashes, order, traj_start, traj_len, traj_group, canon)
+    walk, group_rank = group_walk(traj_group, canon)
+    row_traj = row_traj_of(order, traj_start, traj_len)
+    codes, _, _ = kernels.step_groups_by_hash(hashes, order, traj_start, traj_len, traj_group, row_traj, walk,
+                                              group_rank)
     k = int(codes.max()) + 1
+
+    def run(values, codes):
+        return kernels.normalize_step_groups(values, codes, int(codes.max()) + 1, order, traj_start, traj_len,
+                                             traj_group, walk, normalize_by_std, EPS)
+
     for kind in KINDS:
         values = random_values(rng, n, kind)
-        ok, out, size, single, const = kernels.normalize_step_groups(
-            values, codes, order, traj_start, traj_len, traj_group, canon, normalize_by_std, EPS
-        )
+        ok, out, size, single, const = run(values, codes)
         assert ok
         e_out, e_single, e_const = kernels.normalize_in_groups(values, codes, k, normalize_by_std, EPS)
         assert_bits(out, e_out, kind)
         assert (single, const) == (e_single, e_const)
         np.testing.assert_array_equal(size, np.bincount(codes, minlength=k)[codes], strict=True)
-    # codes renumbered at random: accepted exactly when each episode group's codes still
-    # follow the previous group's (in canonical order), and then still right
+    # codes renumbered at random: accepted exactly when every group's codes still span fewer
+    # values than its rows, and then still right
     shuffled = rng.permutation(k)[codes]
-    ok, out, _, single, const = kernels.normalize_step_groups(
-        values, shuffled, order, traj_start, traj_len, traj_group, canon, normalize_by_std, EPS
-    )
-    expected_ok, k0, a = True, 0, 0
-    while a < len(canon):
-        b = a
-        group_codes = []
-        while b < len(canon) and traj_group[canon[b]] == traj_group[canon[a]]:
-            t = canon[b]
-            group_codes += [int(shuffled[p if identity else order[p]]) for p in range(traj_start[t], traj_start[t] + traj_len[t])]
-            b += 1
-        expected_ok &= min(group_codes) >= k0 and max(group_codes) < k0 + len(group_codes)
-        k0, a = max(group_codes) + 1, b
-    assert ok == expected_ok
+    group_of_row = traj_group[row_traj]
+    groups = range(int(traj_group.max()) + 1)
+    spans = [(np.ptp(shuffled[group_of_row == g]), int((group_of_row == g).sum())) for g in groups]
+    ok, out, _, single, const = run(values, shuffled)
+    assert ok == all(span < rows for span, rows in spans)
     if ok:
         e_out, e_single, e_const = kernels.normalize_in_groups(values, shuffled, k, normalize_by_std, EPS)
         assert_bits(out, e_out, "renumbered")
         assert (single, const) == (e_single, e_const)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_verification_pairs(seed):
-    rng = np.random.default_rng(seed)
-    n = 500
-    codes = rng.integers(0, 120, size=n).astype(np.int64)
-    k = int(codes.max()) + 1
-    size = np.bincount(codes, minlength=k).astype(np.int64)
-    rep = np.array([np.flatnonzero(codes == c).min() if size[c] else 0 for c in range(k)], dtype=np.int64)
-    rows, reps = kernels.verification_pairs(codes, size, rep)
-    expected = [(i, int(rep[codes[i]])) for i in range(n) if size[codes[i]] > 1 and i != rep[codes[i]]]
-    assert list(zip(rows.tolist(), reps.tolist())) == expected
-    assert np.all(reps < rows)  # the representative comes first in file order
+    # one code in two episode groups: refused
+    if traj_group.max() >= 1:
+        merged = codes.copy()
+        first_of = [codes[group_of_row == g].min() for g in (0, 1)]
+        merged[merged == first_of[1]] = first_of[0]
+        assert not run(values, merged)[0]
 
 
 # ------------------------------------------------------------------------------ renumber_by_first_position
