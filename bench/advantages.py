@@ -84,18 +84,19 @@ def input_nbytes(log_path: str) -> int:
 
 def child_fast(log_path: str, out_path: str, method: str) -> dict:
     """The path `gaca advantages` takes (cli/cmd_advantages.py), phase by phase."""
-    from gaca_cli.advantages import compute_advantages, read_for_advantages, write_annotated
+    from gaca_cli.advantages import compute_advantages, gc_paused, read_for_advantages, write_annotated
     from gaca_cli.estimators import AdvantagesConfig
 
     rss0 = _rss_now_bytes()
     config = AdvantagesConfig(method=method)
     c0 = time.process_time()
-    t0 = time.perf_counter()
-    log = read_for_advantages([log_path], {}, config)
-    t1 = time.perf_counter()
-    run = compute_advantages(log, config)
-    t2 = time.perf_counter()
-    how = write_annotated(run, out_path, [log_path], {})
+    with gc_paused():  # as the command runs it
+        t0 = time.perf_counter()
+        log = read_for_advantages([log_path], {}, config)
+        t1 = time.perf_counter()
+        run = compute_advantages(log, config)
+        t2 = time.perf_counter()
+        how = write_annotated(run, out_path, [log_path], {})
     return {**_phases(c0, rss0, t0, t1, t2, time.perf_counter()), "write": how}
 
 
@@ -285,7 +286,7 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
     import io
     import pstats
 
-    from gaca_cli.advantages import compute_advantages, read_for_advantages, write_annotated
+    from gaca_cli.advantages import compute_advantages, gc_paused, read_for_advantages, write_annotated
     from gaca_cli.estimators import AdvantagesConfig
 
     with tempfile.TemporaryDirectory(dir=log_path.parent, prefix="prof-") as tmp:
@@ -305,9 +306,10 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
                     rss[name] = _rss_now_bytes()
 
             config = AdvantagesConfig(method=method)
-            log = phase("read", lambda: read_for_advantages([log_path], {}, config))
-            run = phase("compute", lambda: compute_advantages(log, config))
-            how = phase("write", lambda: write_annotated(run, Path(tmp) / "out.parquet", [log_path], {}))
+            with gc_paused():  # as the command runs it
+                log = phase("read", lambda: read_for_advantages([log_path], {}, config))
+                run = phase("compute", lambda: compute_advantages(log, config))
+                how = phase("write", lambda: write_annotated(run, Path(tmp) / "out.parquet", [log_path], {}))
             print(f"\n=== {method}, {log.table.num_rows:,} rows, columns read {log.table.nbytes / 2**30:.2f} GiB in "
                   f"memory, output {how}")
             for name, (cpu, wall) in phases.items():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -15,13 +17,30 @@ from gaca_cli import __version__
 from gaca_cli import columns as C
 from gaca_cli.checks import StepIndex, anchor_column, anchor_warnings, anchors_of, prepare_log
 from gaca_cli.errors import GacaError
-from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays, trajectory_totals
+from gaca_cli.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
 from gaca_cli.grouping import ScannedAnchors, plain, similarity_key_codes, step_group_codes
 from gaca_cli.io import Log, atomic_path, expand_inputs, read_log, restore_column_names, write_parquet_atomic
 
 
 #: low-cardinality columns worth dictionary-encoding when the whole table is rewritten
 _DICTIONARY_COLUMNS = (C.ADV_METHOD, C.GROUP_ID, C.TRAJ_ID, C.SUCCESS, C.DONE)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for one run of `gaca advantages`.
+
+    The run makes few reference cycles but many small objects (page and footer headers), and
+    with numba, polars and pyarrow loaded each full collection walks millions of live objects
+    (~0.3 s a time, ~1 s a run at 10M rows). Reference counting still frees everything else
+    at once; the collector runs again when the block ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def columns_read(config: AdvantagesConfig, names: Sequence[str]) -> list[str]:
@@ -295,21 +314,27 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def canonical_sum(values: np.ndarray, arrays: StepArrays, index: StepIndex, scale: float = 1.0,
-                  absolute: bool = False) -> float:
-    """Σ scale·values (or Σ |scale·values|) over all rows, added in canonical order (per
-    trajectory in step order, then the trajectories by sorted ids), so the result does not
-    depend on the file's row order."""
-    per_traj = trajectory_totals(values, arrays, scale, absolute)
-    return float(np.sum(per_traj[index.canonical_traj_order]))
-
-
 def summarize(
     index: StepIndex, arrays: StepArrays, result: Advantages, config: AdvantagesConfig, warnings: dict[str, int]
 ) -> dict:
     """The run summary printed on stderr (and by --json on stdout); every figure is the same
-    whatever the order of rows in the file."""
+    whatever the order of rows in the file: sums run per trajectory in step order
+    (kernels.trajectory_summary), then over the trajectories in canonical order."""
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
     n = index.n_rows
+    order = index.canonical_traj_order
+
+    def total(per_traj: np.ndarray) -> float:
+        return float(np.sum(per_traj[order]))
+
+    lam, u = result.gaca_weight, arrays.criticality
+    with_lam = lam is not None and u is not None
+    none = np.zeros(0)
+    abs_e, abs_s, lam_sum, sx, su, count = kernels.trajectory_summary(
+        result.adv_episode, result.adv_step, float(config.step_weight), lam if with_lam else none,
+        u if with_lam else none, arrays.rows, arrays.traj_start, arrays.traj_len,
+    )
     traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
     summary: dict = {
         "method": config.method,
@@ -318,8 +343,8 @@ def summarize(
         "trajectories": index.n_traj,
         "groups": index.n_groups,
         "singleton_groups": int(np.sum(traj_per_group == 1)),
-        "mean_abs_adv_episode": canonical_sum(result.adv_episode, arrays, index, absolute=True) / n,
-        "mean_abs_weighted_adv_step": canonical_sum(result.adv_step, arrays, index, config.step_weight, True) / n,
+        "mean_abs_adv_episode": total(abs_e) / n,
+        "mean_abs_weighted_adv_step": total(abs_s) / n,
         "diagnostics": dict(result.diagnostics),
         "warnings": dict(warnings),
     }
@@ -331,36 +356,32 @@ def summarize(
         summary["step_signal_share"] = float((n - counts[0]) / n)
     else:
         summary["step_signal_share"] = 0.0
-    if result.gaca_weight is not None and arrays.criticality is not None:
-        lam = result.gaca_weight
+    if with_lam:
         summary["lambda"] = {
             "bar": config.lambda_bar,
-            "mean": canonical_sum(lam, arrays, index) / n,
+            "mean": total(lam_sum) / n,
             "min": float(lam.min()),
             "max": float(lam.max()),
-            "corr_with_nll": _correlation(lam, arrays.criticality, arrays, index),
+            "corr_with_nll": _correlation(lam, u, arrays, total, (total(sx), total(su), total(count))),
         }
     return summary
 
 
-def _correlation(x: np.ndarray, u: np.ndarray, arrays: StepArrays, index: StepIndex) -> float | None:
+def _correlation(
+    x: np.ndarray, u: np.ndarray, arrays: StepArrays, total, first: tuple[float, float, float]
+) -> float | None:
     """Pearson correlation of x and u over the rows where u is not NaN (None when fewer than
-    two rows or either side is constant). Two passes of per-trajectory sums in step order
-    (kernels.trajectory_sums), added over the trajectories in canonical order, so the result
-    does not depend on the order of rows in the file."""
+    two rows or either side is constant). `first`: Σx, Σu and the number of such rows (from
+    the summary's pass); a second pass sums the centred squares and products per trajectory in
+    step order (kernels.trajectory_sums), added by `total` over the trajectories in canonical
+    order, so the result does not depend on the order of rows in the file."""
     from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
 
-    order = index.canonical_traj_order
-
-    def total(per_traj: np.ndarray) -> float:
-        return float(np.sum(per_traj[order]))
-
-    rows, start, length = arrays.rows, arrays.traj_start, arrays.traj_len
-    sx, su, _, _, _, count = kernels.trajectory_sums(x, u, rows, start, length, 0.0, 0.0)
-    k = total(count)
+    sum_x, sum_u, k = first
     if k < 2:
         return None
-    _, _, sxx, suu, sxu, _ = kernels.trajectory_sums(x, u, rows, start, length, total(sx) / k, total(su) / k)
+    rows, start, length = arrays.rows, arrays.traj_start, arrays.traj_len
+    _, _, sxx, suu, sxu, _ = kernels.trajectory_sums(x, u, rows, start, length, sum_x / k, sum_u / k)
     var_x, var_u = total(sxx), total(suu)
     if not (var_x > 0 and var_u > 0):
         return None

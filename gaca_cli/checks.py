@@ -13,7 +13,6 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,7 +34,6 @@ class StepIndex:  # noqa: PLR0902
     not depend on row order then use `canonical_position`.
 
     order:      int64 [N]  original row of each index position
-    traj:       int64 [N]  trajectory code of each position (0..T-1, non-decreasing)
     traj_start: int64 [T]  first position of each trajectory
     traj_len:   int64 [T]  number of steps of each trajectory
     traj_group: int64 [T]  episode-group code of each trajectory (0..G-1; in canonical order by
@@ -45,13 +43,17 @@ class StepIndex:  # noqa: PLR0902
     """
 
     order: np.ndarray
-    traj: np.ndarray
     traj_start: np.ndarray
     traj_len: np.ndarray
     traj_group: np.ndarray
     n_groups: int
     canonical_start: np.ndarray
     row_traj: np.ndarray
+
+    @functools.cached_property
+    def traj(self) -> np.ndarray:
+        """int64 [N] trajectory code of each position (0..T-1, non-decreasing)."""
+        return np.repeat(np.arange(self.n_traj, dtype=np.int64), self.traj_len)
 
     @property
     def n_rows(self) -> int:
@@ -296,14 +298,10 @@ def _trajectory_rules(  # noqa: PLR0913
     trajectory's `starts` and `lengths`); then the index."""
     table = log.table
     n = table.num_rows
-    n_traj = len(ids.traj_rank)
-    traj_of_row, traj_rank, group_of_row, group_rank, step = ids.traj, ids.traj_rank, ids.group, ids.group_rank, ids.step
-    by_id_and_step = ids.by_id_and_step
-    traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
-
+    traj_of_row, group_of_row, by_id_and_step = ids.traj, ids.group, ids.by_id_and_step
     if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
         er = plain(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
-        differs = er != er[starts][traj_by_pos]
+        differs = er != np.repeat(er[starts], lengths)
         if differs.any():
             out.violations.append(
                 _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs]))
@@ -329,7 +327,7 @@ def _trajectory_rules(  # noqa: PLR0913
         out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
         return None
 
-    return _index(canonical, ids, order, starts, lengths, traj_group, traj_by_pos)
+    return _index(canonical, ids, order, starts, lengths, traj_group)
 
 
 def _index(  # noqa: PLR0913
@@ -339,7 +337,6 @@ def _index(  # noqa: PLR0913
     starts: np.ndarray,
     lengths: np.ndarray,
     traj_group: np.ndarray,
-    traj_by_pos: np.ndarray | None = None,
 ) -> StepIndex:
     """The StepIndex of a log whose rules hold, from the rows ordered by (trajectory code,
     step) and each trajectory's start, length and group code."""
@@ -350,16 +347,13 @@ def _index(  # noqa: PLR0913
     canonical_start = np.empty(n_traj, dtype=np.int64)
     canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
     if not canonical:
-        if traj_by_pos is None:
-            traj_by_pos = np.repeat(np.arange(n_traj, dtype=np.int64), lengths)
-        return StepIndex(order, traj_by_pos, starts, lengths, traj_group, len(group_rank), canonical_start, traj_of_row)
+        return StepIndex(order, starts, lengths, traj_group, len(group_rank), canonical_start, traj_of_row)
     pos = canonical_start[traj_of_row] + step
     order = np.empty(n, dtype=np.int64)
     order[pos] = np.arange(n, dtype=np.int64)
     lengths = lengths[by_canon]
     return StepIndex(
         order=order,
-        traj=np.repeat(np.arange(n_traj, dtype=np.int64), lengths),
         traj_start=canonical_start[by_canon],
         traj_len=lengths,
         traj_group=group_rank[traj_group][by_canon],

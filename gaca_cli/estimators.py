@@ -185,25 +185,21 @@ def normalize_in_groups(
     return out, int(n_singleton), int(n_constant)
 
 
-def standardize_in_scopes(
-    values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool = False, rows: np.ndarray | None = None
-) -> tuple[np.ndarray, int]:
+def standardize_in_scopes(values: np.ndarray, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, int]:
     """z = (u − mean) / std0 within each scope, std0 the population std (ddof = 0); z = 0
     where std0 < 1e-8 (constant or one-value scopes) and where u is NaN (no action tokens;
     such values are left out of the statistics).
 
     values: float64 [N] (NaN allowed); codes: int64 [N]. Returns (float64 [N], number of
-    scopes with values whose std0 is below the floor). in_order: visit the values in the order
-    of `rows` (None: as they come), which runs scope by scope in an order independent of the
-    file (the steps of each trajectory); else they are visited in ascending value order. One
-    compiled pass (kernels.standardize_in_scopes).
+    scopes with values whose std0 is below the floor). Values are visited in ascending order
+    within a scope, so the order of rows does not matter. One compiled pass
+    (kernels.standardize_in_scopes; per trajectory in step order: standardize_in_trajectories).
     """
     from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
 
     values = np.ascontiguousarray(values, dtype=np.float64)
     codes = np.ascontiguousarray(codes, dtype=np.int64)
-    rows = np.zeros(0, dtype=np.int64) if rows is None else rows
-    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, in_order, rows, Z_STD_FLOOR)
+    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, Z_STD_FLOOR)
     return z, int(n_flat)
 
 
@@ -303,21 +299,25 @@ def gaca(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
     base = gigpo(arrays, config)
     u = arrays.criticality
     assert u is not None, "gaca needs a criticality score"
-    if config.nll_scope == "trajectory":
-        scope, n_scope = arrays.traj, arrays.n_traj
+    from gaca_cli import kernels  # numba: imported on use, not by `gaca --help`
+
+    u = np.ascontiguousarray(u, dtype=np.float64)
+    if config.nll_scope == "trajectory":  # each trajectory's steps in step order (canonical): no sort
+        z, flat_scopes = kernels.standardize_in_trajectories(u, arrays.rows, arrays.traj_start, arrays.traj_len,
+                                                              Z_STD_FLOOR)
+        flat_scopes = int(flat_scopes)
     elif config.nll_scope == "group":
-        scope, n_scope = arrays.traj_group[arrays.traj], arrays.n_groups
+        z, flat_scopes = standardize_in_scopes(u, arrays.traj_group[arrays.traj], arrays.n_groups)
     else:
-        scope, n_scope = np.zeros(len(u), dtype=np.int64), 1
-    # a trajectory's steps are visited in step order, which is canonical: no sort needed
-    in_order = config.nll_scope == "trajectory"
-    z, flat_scopes = standardize_in_scopes(u, scope, n_scope, in_order, arrays.rows)
-    omega = config.step_weight
-    lam_bar = config.lambda_bar
-    lam = np.clip(lam_bar + config.beta * z, config.lambda_min, config.lambda_max)
+        z, flat_scopes = standardize_in_scopes(u, np.zeros(len(u), dtype=np.int64), 1)
     assert base.step_group_size is not None
-    lam[base.step_group_size == 1] = lam_bar
-    adv = base.advantage + (1.0 + omega) * (lam - lam_bar) * (base.adv_step - base.adv_episode)
+    # λ and A in one compiled pass, the float operations of
+    #   lam = clip(λ̄ + β·z, λ_min, λ_max); lam[size == 1] = λ̄
+    #   adv = A_gigpo + (1 + ω)·(lam − λ̄)·(A^S − A^E)
+    lam, adv = kernels.gaca_blend(
+        z, base.step_group_size, base.adv_episode, base.adv_step, base.advantage, config.lambda_bar, config.beta,
+        config.lambda_min, config.lambda_max, config.step_weight,
+    )
     diag = {**base.diagnostics, "nll_missing": int(np.sum(np.isnan(u))), "nll_flat_scopes": flat_scopes}
     return Advantages(
         advantage=adv,

@@ -86,6 +86,40 @@ def group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np
 
 
 @jit
+def group_moments(xs: np.ndarray, a: int, b: int, dev: np.ndarray) -> tuple[float, float, float, float]:
+    """Shifted two-pass moments of xs[a:b] (b > a): writes dev[a:b] = (x − lo) − mean of the
+    shifted values and returns (m2 = Σ dev², scale, lo, hi); when the squares overflow,
+    scale = max |dev| and m2 = Σ (dev / scale)², else scale = 1. `shifted_moments` for one group."""
+    low = xs[a]
+    high = xs[a]
+    for i in range(a + 1, b):  # as np.minimum/np.maximum: NaN wins, ties take the later
+        if not (low < xs[i] or np.isnan(low)):
+            low = xs[i]
+        if not (high > xs[i] or np.isnan(high)):
+            high = xs[i]
+    s = 0.0
+    for i in range(a, b):
+        s += xs[i] - low
+    mean = s / (b - a)
+    q = 0.0
+    for i in range(a, b):
+        d = (xs[i] - low) - mean
+        dev[i] = d
+        q += d * d
+    scale = 1.0
+    if not np.isfinite(q):  # squares overflowed (|dev| beyond ~1e154)
+        peak = 0.0
+        for i in range(a, b):
+            peak = np.maximum(peak, abs(dev[i]))  # NaN propagates, as in numpy
+        q = 0.0
+        for i in range(a, b):
+            r = dev[i] / peak
+            q += r * r
+        scale = peak
+    return q, scale, low, high
+
+
+@jit
 def shifted_moments(
     xs: np.ndarray, count: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -106,34 +140,7 @@ def shifted_moments(
     for c in range(n_codes):
         b = a + count[c]
         if b > a:
-            low = xs[a]
-            high = xs[a]
-            for i in range(a + 1, b):  # as np.minimum/np.maximum: NaN wins, ties take the later
-                if not (low < xs[i] or np.isnan(low)):
-                    low = xs[i]
-                if not (high > xs[i] or np.isnan(high)):
-                    high = xs[i]
-            lo[c] = low
-            hi[c] = high
-            s = 0.0
-            for i in range(a, b):
-                s += xs[i] - low
-            mean = s / count[c]
-            q = 0.0
-            for i in range(a, b):
-                d = (xs[i] - low) - mean
-                dev[i] = d
-                q += d * d
-            if not np.isfinite(q):  # squares overflowed (|dev| beyond ~1e154)
-                peak = 0.0
-                for i in range(a, b):
-                    peak = np.maximum(peak, abs(dev[i]))  # NaN propagates, as in numpy
-                q = 0.0
-                for i in range(a, b):
-                    r = dev[i] / peak
-                    q += r * r
-                scale[c] = peak
-            m2[c] = q
+            m2[c], scale[c], lo[c], hi[c] = group_moments(xs, a, b, dev)
         a = b
     return dev, m2, scale, lo, hi
 
@@ -306,32 +313,22 @@ def normalize_step_groups(
 
 @jit
 def standardize_in_scopes(
-    values: np.ndarray, codes: np.ndarray, n_codes: int, in_order: bool, rows: np.ndarray, floor: float
+    values: np.ndarray, codes: np.ndarray, n_codes: int, floor: float
 ) -> tuple[np.ndarray, int]:
     """z = dev / std0 within each scope, std0 = scale·sqrt(m2 / count) (ddof = 0), from
-    `shifted_moments` over the non-NaN values; z = 0 where std0 < floor and where u is NaN.
-    in_order: visit the values in the order of `rows` (empty: the identity), which goes scope
-    by scope (codes non-decreasing along it) in an order that does not depend on the file (the
-    steps of each trajectory); else they are visited in `group_order`. Returns (z float64 [N],
-    number of scopes with values whose std0 < floor)."""
+    `shifted_moments` over the non-NaN values visited in `group_order` (ascending value, so
+    the order of rows does not matter); z = 0 where std0 < floor and where u is NaN. Returns
+    (z float64 [N], number of scopes with values whose std0 < floor)."""
     n = len(values)
-    identity = len(rows) == 0
     valid = np.empty(n, dtype=np.int64)
     m = 0
-    for p in range(n):
-        r = p if identity or not in_order else rows[p]
-        if not np.isnan(values[r]):
-            valid[m] = r
+    for i in range(n):
+        if not np.isnan(values[i]):
+            valid[m] = i
             m += 1
     valid = valid[:m]
-    if in_order:
-        order = valid
-        count = np.zeros(n_codes, dtype=np.int64)
-        for i in range(m):
-            count[codes[valid[i]]] += 1
-    else:
-        sub, count = group_order(codes[valid], values[valid], n_codes)
-        order = valid[sub]
+    sub, count = group_order(codes[valid], values[valid], n_codes)
+    order = valid[sub]
     dev, m2, scale, lo, hi = shifted_moments(values[order], count)
     z = np.zeros(n)
     n_flat = 0
@@ -347,6 +344,76 @@ def standardize_in_scopes(
                     z[order[i]] = dev[i] / std0
         a = b
     return z, n_flat
+
+
+@jit
+def standardize_in_trajectories(
+    values: np.ndarray, rows: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, floor: float
+) -> tuple[np.ndarray, int]:
+    """`standardize_in_scopes` with one scope per trajectory, its values visited in step order
+    (`rows`, see `discounted_returns`), one trajectory at a time in a small buffer: the same z,
+    bit for bit. Returns (z float64 [N] per row, trajectories with values whose std0 < floor)."""
+    identity = len(rows) == 0
+    z = np.zeros(len(values))
+    longest = 1
+    for t in range(len(traj_start)):
+        longest = max(longest, traj_len[t])
+    xs = np.empty(longest)
+    at = np.empty(longest, dtype=np.int64)
+    dev = np.empty(longest)
+    n_flat = 0
+    for t in range(len(traj_start)):
+        m = 0
+        for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+            r = p if identity else rows[p]
+            if not np.isnan(values[r]):
+                xs[m] = values[r]
+                at[m] = r
+                m += 1
+        if m == 0:
+            continue
+        m2, scale, lo, hi = group_moments(xs, 0, m, dev)
+        std0 = scale * np.sqrt(m2 / m)
+        if not (std0 >= floor):
+            n_flat += 1
+        else:
+            for i in range(m):
+                z[at[i]] = dev[i] / std0
+    return z, n_flat
+
+
+@jit
+def gaca_blend(
+    z: np.ndarray,
+    step_group_size: np.ndarray,
+    adv_episode: np.ndarray,
+    adv_step: np.ndarray,
+    gigpo_advantage: np.ndarray,
+    lam_bar: float,
+    beta: float,
+    lam_min: float,
+    lam_max: float,
+    omega: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """λ and A of estimators.gaca in one pass, the float operations of its numpy form:
+        λ = clip(λ̄ + β·z, λ_min, λ_max), λ̄ where the step group is a singleton;
+        A = A_gigpo + ((1 + ω)·(λ − λ̄))·(A^S − A^E).
+    Returns (λ, A) float64 [N]."""
+    n = len(z)
+    lam = np.empty(n)
+    adv = np.empty(n)
+    weight = 1.0 + omega
+    for i in range(n):
+        x = lam_bar + beta * z[i]
+        if x < lam_min:  # np.clip: maximum(x, λ_min), then minimum(·, λ_max)
+            x = lam_min
+        if x > lam_max:
+            x = lam_max
+        if step_group_size[i] == 1:
+            x = lam_bar
+        lam[i] = x
+        adv[i] = gigpo_advantage[i] + (weight * (x - lam_bar)) * (adv_step[i] - adv_episode[i])
+    return lam, adv
 
 
 @jit
@@ -566,6 +633,38 @@ def trajectory_sums(
 
 
 @jit
+def trajectory_summary(
+    adv_episode: np.ndarray, adv_step: np.ndarray, step_weight: float, lam: np.ndarray, u: np.ndarray,
+    rows: np.ndarray, start: np.ndarray, length: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The run summary's per-trajectory sums in one pass, each added in step order (`rows`, see
+    `discounted_returns`): Σ |A^E|, Σ |ω·A^S|, Σ λ, and over the steps where u is not NaN
+    Σ λ, Σ u and their number (the first pass of `trajectory_sums`). `lam` and `u` may be
+    empty (no λ: those sums are 0). Returns six float64 [T] arrays."""
+    identity = len(rows) == 0
+    with_lam = len(lam) > 0
+    n_traj = len(start)
+    abs_e = np.zeros(n_traj)
+    abs_s = np.zeros(n_traj)
+    lam_sum = np.zeros(n_traj)
+    sx = np.zeros(n_traj)
+    su = np.zeros(n_traj)
+    count = np.zeros(n_traj)
+    for t in range(n_traj):
+        for i in range(start[t], start[t] + length[t]):
+            r = i if identity else rows[i]
+            abs_e[t] += abs(adv_episode[r])
+            abs_s[t] += abs(step_weight * adv_step[r])
+            if with_lam:
+                lam_sum[t] += lam[r]
+                if not np.isnan(u[r]):
+                    sx[t] += lam[r]
+                    su[t] += u[r]
+                    count[t] += 1.0
+    return abs_e, abs_s, lam_sum, sx, su, count
+
+
+@jit
 def trajectory_totals(x: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray, scale: float,
                       absolute: bool) -> np.ndarray:
     """Per-trajectory sums of scale·x (|scale·x| when `absolute`), added in step order (`rows`,
@@ -596,9 +695,12 @@ def warm_up() -> None:
     trajectory_index(i, i, i, np.zeros(2, dtype=np.bool_), f, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
     normalize_step_groups(f, i, 1, none, start, length, start, start, True, 1e-6)
-    standardize_in_scopes(f, i, 1, True, none, 1e-8)
-    standardize_in_scopes(f, i, 1, False, none, 1e-8)
+    standardize_in_scopes(f, i, 1, 1e-8)
+    standardize_in_trajectories(f, none, start, length, 1e-8)
+    gaca_blend(f, i, f, f, f, 0.5, 0.1, 0.0, 1.0, 1.0)
     step_groups_by_hash(np.zeros(2, dtype=np.uint64), none, start, length, start, i, start, start)
     renumber_by_first_position(i, np.arange(2, dtype=np.int64), 1)
     trajectory_sums(f, f, none, start, length, 0.0, 0.0)
     trajectory_totals(f, none, start, length, 1.0, True)
+    trajectory_summary(f, f, 1.0, f, f, none, start, length)
+    trajectory_summary(f, f, 1.0, f[:0], f[:0], none, start, length)

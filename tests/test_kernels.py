@@ -467,14 +467,22 @@ def test_normalize_in_groups_nan(normalize_by_std):
 
 
 def check_standardize(values, codes, n_codes, in_order):
-    got = kernels.standardize_in_scopes(values, codes, n_codes, in_order, NO_ROWS, Z_STD_FLOOR)
+    """in_order: codes come sorted (one run per scope, as a trajectory's steps do) and
+    standardize_in_trajectories visits each run in place, also with the rows moved elsewhere;
+    else standardize_in_scopes visits each scope by value."""
     expected = twin_standardize_in_scopes(values, codes, n_codes, in_order, Z_STD_FLOOR)
+    if not in_order:
+        got = kernels.standardize_in_scopes(values, codes, n_codes, Z_STD_FLOOR)
+        assert_bits(got[0], expected[0], "z")
+        assert int(got[1]) == expected[1], "flat scopes"
+        return
+    length = np.bincount(codes, minlength=n_codes).astype(np.int64)
+    start = (np.cumsum(length) - length).astype(np.int64)
+    got = kernels.standardize_in_trajectories(values, NO_ROWS, start, length, Z_STD_FLOOR)
     assert_bits(got[0], expected[0], "z")
     assert int(got[1]) == expected[1], "flat scopes"
-    # the same values at other rows, visited through `rows`: the same z per value
     rows = np.random.default_rng(len(values)).permutation(len(values)).astype(np.int64)
-    moved = kernels.standardize_in_scopes(in_file(values, rows), in_file(codes, rows), n_codes, in_order, rows,
-                                          Z_STD_FLOOR)
+    moved = kernels.standardize_in_trajectories(in_file(values, rows), rows, start, length, Z_STD_FLOOR)
     assert_bits(moved[0][rows], expected[0], "z through rows")
     assert int(moved[1]) == expected[1]
 
@@ -509,7 +517,7 @@ def test_standardize_in_scopes_edges(in_order):
         perm = np.random.default_rng(5).permutation(len(values))
         values, codes = values[perm], codes[perm]
     check_standardize(values, codes, len(scopes) + 2, in_order)
-    z, n_flat = kernels.standardize_in_scopes(values, codes, len(scopes) + 2, in_order, NO_ROWS, Z_STD_FLOOR)
+    z, n_flat = kernels.standardize_in_scopes(values, codes, len(scopes) + 2, Z_STD_FLOOR)
     assert n_flat == 3  # one value, constant, below the floor (the NaN-only scope has no values)
     assert np.all(z[np.isnan(values)] == 0.0)
     check_standardize(np.full(4, np.nan), np.zeros(4, dtype=np.int64), 1, in_order)
@@ -790,6 +798,60 @@ def test_trajectory_index(seed, damage, optional):
     if valid:
         np.testing.assert_array_equal(order, np.lexsort((step, traj)), strict=True)
         np.testing.assert_array_equal(got_group, traj_group, strict=True)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("with_lam", [False, True])
+def test_trajectory_summary(seed, with_lam):
+    """The summary's fused pass gives the sums of the separate kernels, bit for bit, through
+    `rows` as in place."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(1, 30, size=int(rng.integers(1, 40)))
+    start = np.cumsum(length) - length
+    n = int(length.sum())
+    adv_e, adv_s = rng.standard_normal(n), rng.standard_normal(n) * 10.0
+    lam, u = rng.random(n), rng.gamma(2.0, 0.3, size=n)
+    u[rng.random(n) < 0.3] = np.nan
+    w = float(rng.choice([0.0, 1.0, 2.5]))
+    none = np.zeros(0)
+    args = (lam, u) if with_lam else (none, none)
+    got = kernels.trajectory_summary(adv_e, adv_s, w, *args, NO_ROWS, start, length)
+    assert_bits(got[0], kernels.trajectory_totals(adv_e, NO_ROWS, start, length, 1.0, True), "|A^E|")
+    assert_bits(got[1], kernels.trajectory_totals(adv_s, NO_ROWS, start, length, w, True), "|w A^S|")
+    if with_lam:
+        assert_bits(got[2], kernels.trajectory_totals(lam, NO_ROWS, start, length, 1.0, False), "lambda")
+        sx, su, _, _, _, count = kernels.trajectory_sums(lam, u, NO_ROWS, start, length, 0.0, 0.0)
+        for a, b in zip(got[3:], (sx, su, count)):
+            assert_bits(a, b, "first pass")
+    else:
+        assert not np.any(np.concatenate(got[2:]))
+    rows = rng.permutation(n).astype(np.int64)
+    moved_args = tuple(in_file(a, rows) for a in args) if with_lam else args
+    moved = kernels.trajectory_summary(in_file(adv_e, rows), in_file(adv_s, rows), w, *moved_args, rows, start, length)
+    for a, b in zip(moved, got):
+        assert_bits(a, b, "through rows")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gaca_blend_matches_numpy(seed):
+    """λ and A in one pass: the numpy form of estimators.gaca, bit for bit (clipping at both
+    bounds, singleton step groups, ω = 0, β = 0)."""
+    rng = np.random.default_rng(seed)
+    n = 2000
+    z = rng.standard_normal(n) * 3.0
+    z[rng.random(n) < 0.2] = 0.0
+    size = rng.integers(1, 5, size=n).astype(np.int64)
+    adv_e, adv_s = rng.standard_normal(n), rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3)
+    omega = float(rng.choice([0.0, 0.5, 1.0, 3.0]))
+    lam_bar = omega / (1.0 + omega)
+    beta = float(rng.choice([0.0, 0.1, 0.7]))
+    lam_min, lam_max = (0.0, 1.0) if seed % 2 else (max(0.0, lam_bar - 0.2), min(1.0, lam_bar + 0.1))
+    base = adv_e + omega * adv_s
+    lam, adv = kernels.gaca_blend(z, size, adv_e, adv_s, base, lam_bar, beta, lam_min, lam_max, omega)
+    e_lam = np.clip(lam_bar + beta * z, lam_min, lam_max)
+    e_lam[size == 1] = lam_bar
+    assert_bits(lam, e_lam, "lambda")
+    assert_bits(adv, base + (1.0 + omega) * (e_lam - lam_bar) * (adv_s - adv_e), "advantage")
 
 
 def test_warm_up_runs_every_kernel():

@@ -84,11 +84,11 @@ def advantages(
         lambda_max=lambda_max,
     )
     out = output_path(logs, output, method)
-    from gaca_cli.advantages import compute_advantages, read_for_advantages, write_annotated
+    from gaca_cli.advantages import compute_advantages, gc_paused, read_for_advantages, write_annotated
     from gaca_cli.render import advantages_summary
 
     mapping = column_map(column_maps)
-    with user_errors():
+    with user_errors(), gc_paused():
         log = read_for_advantages(logs, mapping, config)
         run = compute_advantages(log, config)
         write_annotated(run, out, logs, mapping)
