@@ -756,8 +756,13 @@ def _write(dest: str, plan: list[tuple[Struct, list[_Piece]]], meta: Struct, new
     new ones from memory), page indexes, footer. Removes `dest` on failure when it created it."""
     sources: dict[str, int] = {}
     created = not os.path.exists(dest)
-    out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    # no O_TRUNC on the (usually empty, freshly made) file: on ext4, truncating to zero marks
+    # the file for a forced block allocation of everything written when it is closed (~0.3 s
+    # for 500 MB); a file that has content is truncated explicitly
+    out = os.open(dest, os.O_WRONLY | os.O_CREAT, 0o666)
     try:
+        if os.fstat(out).st_size:
+            os.ftruncate(out, 0)
         for path in {p.path for _, pieces in plan for p in pieces}:
             sources[path] = os.open(path, os.O_RDONLY)
         pos = _pwrite_all(out, MAGIC, 0)
