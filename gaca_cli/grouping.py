@@ -78,13 +78,9 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
         used[offset:][idx] = True
     used_rows = np.flatnonzero(used)
     # the distinct values: sort the used entries, equal neighbours share a rank
-    entries = values.take(pa.array(used_rows))
-    by_value = sort_order(entries)
-    in_order = entries.take(pa.array(by_value))
-    new = np.ones(len(in_order), dtype=bool)
-    if len(in_order) > 1:
-        new[1:] = ~pc.equal(in_order.slice(1), in_order.slice(0, len(in_order) - 1)).to_numpy(zero_copy_only=False)
-    rank_of_entry = np.empty(len(in_order), dtype=np.int64)
+    entries = values if len(used_rows) == len(values) else values.take(pa.array(used_rows))
+    by_value, new = sorted_distinct(entries)
+    rank_of_entry = np.empty(len(by_value), dtype=np.int64)
     rank_of_entry[by_value] = np.cumsum(new) - 1
     # codes numbered by first appearance among the entries (row group by row group)
     _, first = np.unique(rank_of_entry, return_index=True)
@@ -94,7 +90,7 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
     entry_code[used_rows] = code_of_rank[rank_of_entry]
     rank = np.empty(len(first), dtype=np.int64)
     rank[code_of_rank] = np.arange(len(first), dtype=np.int64)
-    distinct = in_order.filter(pa.array(new)).take(pa.array(rank))
+    distinct = entries.take(pa.array(by_value[new][rank]))
     codes = np.empty(sum(len(idx) for idx, _ in pieces), dtype=np.int64)
     at = 0
     for idx, offset in pieces:
@@ -105,22 +101,30 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
 
 def sort_order(values: pa.Array) -> np.ndarray:
     """Stable argsort of `values`: strings and binaries by their bytes (for UTF-8, code point
-    order), anything else as pyarrow sorts it. int64 [len(values)].
+    order), anything else as pyarrow sorts it. int64 [len(values)]. See `sorted_distinct`."""
+    return sorted_distinct(values)[0]
+
+
+def sorted_distinct(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """`sort_order` of `values` and, along it, which values differ from the one before (the
+    first of each run of equal values). Returns (order int64 [K], first bool [K]).
 
     Text is sorted most significant bytes first, 8 at a time: the values still tied are
     re-sorted by their next 8 bytes (big-endian, zero padded, shorter first on equal words),
-    so ids that differ early (uuids, hashes) cost one pass over a small key, not a string sort.
-    A prefix shared by every value is skipped; when most values are still tied after a
-    pass, the values are sorted as text instead."""
+    so ids that differ early (uuids, hashes) cost one pass over a small key, not a string sort;
+    values still tied when they end are equal. A prefix shared by every value is skipped; when
+    most values are still tied after a pass, the values are sorted as text instead."""
     t = values.type
+    k = len(values)
     if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
             or pa.types.is_large_binary(t)):
-        return pc.sort_indices(values).to_numpy().astype(np.int64, copy=False)
+        return _sorted_by_pyarrow(values)
     text = values.cast(pa.large_binary())
-    k = len(text)
     order = np.arange(k, dtype=np.int64)
+    first = np.zeros(k, dtype=bool)
     if k < 2:
-        return order
+        first[:] = True
+        return order, first
     _, offsets_buffer, data_buffer = text.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[text.offset : text.offset + k + 1]
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
@@ -148,13 +152,24 @@ def sort_order(values: pa.Array) -> np.ndarray:
         order[active] = items
         new = np.ones(len(items), dtype=bool)
         new[1:] = (tie[1:] != tie[:-1]) | (word[1:] != word[:-1]) | (ends[1:] != ends[:-1])
+        first[active] = new  # a tie group's first position follows a smaller value
         tie = np.cumsum(new) - 1
         still = (np.bincount(tie)[tie] > 1) & (ends == 9)
         active, tie = active[still], tie[still]
         depth += 8
         if 2 * len(active) > k:  # structured ids ("worker-03-traj-0000123"): sort them as text
-            return pc.sort_indices(text).to_numpy().astype(np.int64, copy=False)
-    return order
+            return _sorted_by_pyarrow(text)
+    return order, first
+
+
+def _sorted_by_pyarrow(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """`sorted_distinct` by pyarrow's stable sort, equal neighbours found by comparing them."""
+    order = pc.sort_indices(values).to_numpy().astype(np.int64, copy=False)
+    first = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        ordered = values.take(pa.array(order))
+        first[1:] = ~pc.equal(ordered.slice(1), ordered.slice(0, len(order) - 1)).to_numpy(zero_copy_only=False)
+    return order, first
 
 
 def dense_rank(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:

@@ -1,4 +1,4 @@
-"""grouping.sort_order (how ids are ranked) against pyarrow's sort, on text built to hit its
+"""grouping.sort_order / sorted_distinct (how ids are ranked and told apart) against pyarrow's sort, on text built to hit its
 corners: empty values, prefixes of each other, NUL bytes, multi-byte UTF-8, values sharing a
 long prefix, exact multiples of its 8-byte word, duplicates, sliced arrays and every text type."""
 
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from gaca_cli.grouping import sort_order
+from gaca_cli.grouping import sort_order, sorted_distinct
 
 POOL = ["", "a", "a\x00", "ab", "abcdefgh", "abcdefghi", "abcdefgh\x00", "é", "zz", "\U0001f600",
         "abcdefghabcdefgh", "abcdefghabcdefgh1", "\xff", "ÿ"]
@@ -38,7 +38,17 @@ def test_matches_pyarrow(seed):
                        type=typ)
         if len(arr) > 2 and seed % 3 == 0:
             arr = arr.slice(1, len(arr) - 2)
-        np.testing.assert_array_equal(sort_order(arr), pc.sort_indices(arr).to_numpy())
+        check(arr)
+
+
+def check(arr: pa.Array) -> None:
+    """The order is pyarrow's stable sort; `first` marks exactly the values that differ from
+    the one before them in that order."""
+    order, first = sorted_distinct(arr)
+    np.testing.assert_array_equal(order, pc.sort_indices(arr).to_numpy())
+    np.testing.assert_array_equal(sort_order(arr), order)
+    ordered = arr.take(pa.array(order)).to_pylist()
+    assert first.tolist() == [i == 0 or ordered[i] != ordered[i - 1] for i in range(len(ordered))]
 
 
 @pytest.mark.parametrize("kind", ["uuid", "structured", "int"])
@@ -52,4 +62,4 @@ def test_id_shapes(kind):
         arr = pa.array([f"worker-{i % 4:02d}-traj-{rng.randrange(10**6):07d}" for i in range(5000)])
     else:
         arr = pa.array([rng.randrange(-50, 50) for _ in range(5000)])
-    np.testing.assert_array_equal(sort_order(arr), pc.sort_indices(arr).to_numpy())
+    check(arr)
