@@ -4,11 +4,16 @@
 1.8 GB of text for 10M rows) only to hash it costs more in fresh memory than in hashing, so
 `scan_anchors` walks the column chunks itself: it parses each page header (Thrift compact, with
 the decoder of `parquet_splice`), decompresses the page into a buffer (`pyarrow.Codec`, which
-releases the GIL), hashes its values with a numba kernel (`nogil`) and drops the buffer. Two
-threads work on different column chunks. Only the 8-byte hash of each row is kept.
+releases the GIL) and hashes its values with a numba kernel (`nogil`). Two threads work on
+different column chunks. While a chunk is read, its values are also appended to a buffer the
+thread reuses for its next chunks, and a hash table over the chunk's rows (every match
+confirmed by comparing bytes) finds, for each row, the first row of the chunk with the same
+bytes. Kept per row: the 8-byte hash and that 4-byte chunk-relative row.
 
-`AnchorScan.equal` verifies hash matches exactly with a second streaming pass that keeps only
-the bytes of the rows compared against (usually a few representatives), and `AnchorScan.values`
+`AnchorScan.equal` answers a pair from these without reading: different hashes differ, and two
+rows of one chunk are equal exactly when their first equal rows are the same row. Only pairs
+of rows in different chunks with equal hashes are compared by a second streaming pass, which
+decompresses only the pages holding them and keeps only their bytes; `AnchorScan.values`
 fetches the text of a few rows the same way.
 
 Supported (anything else makes `scan_anchors` return None, and the caller reads the column the
@@ -97,6 +102,23 @@ def _unaligned_load(bits: int):
 
 _u32 = _unaligned_load(32)
 _u64 = _unaligned_load(64)
+
+
+@intrinsic
+def _prefetch(typingctx, arr, pos):
+    """Hint that arr[pos] will be read soon (llvm.prefetch: read, keep in all cache levels).
+    Unlike a load, it never stalls and never faults, so pos need not be in bounds."""
+
+    def codegen(context, builder, sig, args):
+        array = context.make_array(sig.args[0])(context, builder, args[0])
+        ptr = builder.bitcast(builder.gep(array.data, [args[1]]), ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.none(arr, types.int64), codegen
 
 
 @jit
@@ -275,38 +297,182 @@ def _plain_refs(buf, pos, end, n, starts, lens):
 
 
 @jit
-def _hash_plain(buf, pos, end, n, out, at):
-    """Hash n PLAIN byte arrays in buf[pos:end] into out[at:at+n]. Returns (end position or -1,
-    number of empty values)."""
-    empty = 0
+def _append(store, state, buf, lo, hi):
+    """Copy buf[lo:hi] after the used part of `store` (state[1] bytes), replaced by a larger
+    copy when full (the caller keeps the new one). Returns (store, where buf[lo] now is)."""
+    used = state[1]
+    size = hi - lo
+    if used + size > len(store):
+        grown = np.empty(max(2 * len(store), used + size), dtype=np.uint8)
+        grown[:used] = store[:used]
+        store = grown
+    dst = store[used:used + size]
+    src = buf[lo:hi]
+    for k in range(size):  # a plain loop compiles to a memcpy; a slice assignment is slower
+        dst[k] = src[k]
+    state[1] = used + size
+    return store, used
+
+
+@jit
+def _first_equals(store, starts, lens, hashes, rows, reps, fold, table, info, state):
+    """For each value store[starts[i]:starts[i]+lens[i]] (hash hashes[i], chunk-relative row
+    rows[i], rows in ascending order), the first row of the chunk with the same bytes: into
+    reps[i], rows[i] itself when no row before it has the same bytes (the value then becoming
+    a distinct value of the chunk).
+
+    `store` holds the chunk's values read so far (`_append`); its distinct values are
+    info[d] = (start in store, length << 32 | first row); state[0] counts them. `table`
+    (length a power of two, 0 = free slot) finds them by key = hash & fold (`fold` is all ones
+    except in tests, which fold hashes together to force collisions): open addressing with
+    linear probing from slot key mod len(table), a slot holding (key >> 32) << 32 | (d + 1)
+    for distinct value d. A slot whose key bits match holds a candidate only: it is the answer
+    when its length and bytes equal.
+
+    Memory latency, not arithmetic, sets the pace (a chunk's table and values are megabytes),
+    so the rows are taken in passes of independent memory reads: every slot where a lookup
+    starts is prefetched; the lookups then take the first candidate whose key bits match as
+    the answer (new values are added); the candidates' entries are prefetched, then their
+    first bytes, and then compared. When every candidate is equal (nearly always) that is the
+    answer; otherwise the values this call added are taken out again (the latest insertions
+    into a linear-probing table: clearing their slots restores it exactly) and
+    `_first_equals_exact` does the rows one at a time."""
+    n = len(starts)
+    mask = np.uint64(len(table) - 1)
+    low = np.uint64(0xFFFFFFFF)
+    nd0 = state[0]
+    nd = nd0
     for i in range(n):
-        if pos + 4 > end:
-            return -1, empty
-        ln = _u32(buf, pos)
-        if pos + 4 + ln > end:
-            return -1, empty
-        h = _hash_bytes(buf, pos + 4, ln)
-        out[at + i] = h
-        empty += h == 0
-        pos += 4 + ln
-    return pos, empty
+        _prefetch(table, np.int64(hashes[i] & fold & mask))
+    cand = np.empty(n, dtype=np.int64)  # the distinct value taken for row i, -1 when added
+    slots = np.empty(n, dtype=np.int64)  # the slot of each value added
+    for i in range(n):
+        key = hashes[i] & fold
+        tag = (key >> _S32) << _S32
+        b = key & mask
+        d = -1
+        while True:
+            e = table[b]
+            if e == 0:
+                break
+            if e & ~low == tag:
+                d = np.int64(e & low) - 1
+                break
+            b = (b + _ONE) & mask
+        cand[i] = d
+        if d < 0:
+            info[nd, 0] = starts[i]
+            info[nd, 1] = (lens[i] << 32) | rows[i]
+            table[b] = tag | np.uint64(nd + 1)
+            slots[nd - nd0] = b
+            nd += 1
+    for i in range(n):
+        if cand[i] >= 0:
+            _prefetch(info, 2 * cand[i])
+    for i in range(n):
+        if cand[i] >= 0:
+            s = info[cand[i], 0]
+            for k in range(0, min(lens[i], 256), 64):
+                _prefetch(store, s + k)
+    for i in range(n):
+        d = cand[i]
+        if d < 0:
+            reps[i] = rows[i]
+        elif info[d, 1] >> 32 == lens[i] and _same_bytes(store, starts[i], store, info[d, 0], lens[i]):
+            reps[i] = info[d, 1] & low
+        else:
+            for k in range(nd - nd0):
+                table[slots[k]] = 0
+            _first_equals_exact(store, starts, lens, hashes, rows, reps, fold, table, info, state)
+            return
+    state[0] = nd
 
 
 @jit
-def _hash_refs(buf, starts, lens, out, at):
-    """Hash the located values into out[at:]; returns the number of empty values."""
-    empty = 0
+def _first_equals_exact(store, starts, lens, hashes, rows, reps, fold, table, info, state):
+    """`_first_equals` one row at a time, each candidate compared before the next."""
+    mask = np.uint64(len(table) - 1)
+    low = np.uint64(0xFFFFFFFF)
+    nd = state[0]
     for i in range(len(starts)):
-        h = _hash_bytes(buf, starts[i], lens[i])
-        out[at + i] = h
-        empty += h == 0
-    return empty
+        s = starts[i]
+        ln = lens[i]
+        key = hashes[i] & fold
+        tag = (key >> _S32) << _S32
+        b = key & mask
+        rep = np.int64(-1)
+        while True:
+            e = table[b]
+            if e == 0:
+                break
+            if e & ~low == tag:
+                d = np.int64(e & low) - 1
+                if info[d, 1] >> 32 == ln and _same_bytes(store, s, store, info[d, 0], ln):
+                    rep = info[d, 1] & low
+                    break
+            b = (b + _ONE) & mask
+        if rep < 0:
+            rep = rows[i]
+            info[nd, 0] = s
+            info[nd, 1] = (ln << 32) | rep
+            table[b] = tag | np.uint64(nd + 1)
+            nd += 1
+        reps[i] = rep
+    state[0] = nd
 
 
 @jit
-def _hash_indices(buf, pos, end, n, dict_hash, out, at):
-    """Decode n dictionary indices (bit-width byte + RLE hybrid) and write dict_hash[index] into
-    out[at:at+n]. Returns (ok, number of empty values)."""
+def _scan_plain(buf, pos, end, n, hashes, reps, at, row, fold, table, info, store, state):
+    """n PLAIN byte arrays in buf[pos:end], the chunk-relative rows row..row+n-1 (global
+    at..at+n-1): their hashes into hashes[at:], the first row of the chunk with equal bytes
+    into reps[at:] (`_first_equals`, after the page's values are appended to `store`).
+    Returns (end position or -1, number of empty values, store)."""
+    starts = np.empty(n, dtype=np.int64)
+    lens = np.empty(n, dtype=np.int64)
+    empty = 0
+    p = pos
+    for i in range(n):
+        if p + 4 > end:
+            return -1, empty, store
+        ln = _u32(buf, p)
+        if p + 4 + ln > end:
+            return -1, empty, store
+        h = _hash_bytes(buf, p + 4, ln)
+        hashes[at + i] = h
+        empty += h == 0
+        starts[i] = p + 4
+        lens[i] = ln
+        p += 4 + ln
+    store, shift = _append(store, state, buf, pos, p)
+    starts += shift - pos
+    _first_equals(store, starts, lens, hashes[at:at + n], np.arange(row, row + n), reps[at:at + n], fold, table,
+                  info, state)
+    return p, empty, store
+
+
+@jit
+def _scan_refs(buf, starts, lens, hashes, reps, at, row, fold, table, info, store, state):
+    """`_scan_plain` for values already located in buf (starts, lens; all of buf is appended
+    to `store`). Returns (number of empty values, store)."""
+    empty = 0
+    n = len(starts)
+    for i in range(n):
+        h = _hash_bytes(buf, starts[i], lens[i])
+        hashes[at + i] = h
+        empty += h == 0
+    store, shift = _append(store, state, buf, 0, len(buf))
+    _first_equals(store, starts + shift, lens, hashes[at:at + n], np.arange(row, row + n), reps[at:at + n], fold,
+                  table, info, state)
+    return empty, store
+
+
+@jit
+def _scan_indices(buf, pos, end, n, dict_starts, dict_lens, dict_hash, dict_rep, hashes, reps, at, row,
+                  fold, table, info, store, state):
+    """`_scan_plain` for n dictionary indices (bit-width byte + RLE hybrid) in buf[pos:end]:
+    the dictionary's entries are in store (dict_starts, dict_lens); an entry's hash is
+    dict_hash[index]; its first equal row is looked up once, at its first use, and kept in
+    dict_rep[index] (-1 before). Returns (ok, number of empty values)."""
     if pos >= end:
         return False, 0
     width = np.int64(buf[pos])
@@ -317,13 +483,27 @@ def _hash_indices(buf, pos, end, n, dict_hash, out, at):
         return False, 0
     empty = 0
     nd = len(dict_hash)
+    first = np.empty(n, dtype=np.int64)  # the rows (page-relative) where entries are first used
+    n_first = 0
     for i in range(n):
         k = idx[i]
         if k < 0 or k >= nd:
             return False, 0
         h = dict_hash[k]
-        out[at + i] = h
+        hashes[at + i] = h
         empty += h == 0
+        if dict_rep[k] == -1:
+            dict_rep[k] = -2
+            first[n_first] = i
+            n_first += 1
+    first = first[:n_first]
+    entries = idx[first]
+    found = np.empty(n_first, dtype=np.int32)
+    _first_equals(store, dict_starts[entries], dict_lens[entries], dict_hash[entries], row + first, found, fold,
+                  table, info, state)
+    dict_rep[entries] = found
+    for i in range(n):
+        reps[at + i] = dict_rep[idx[i]]
     return True, empty
 
 
@@ -564,6 +744,40 @@ def _compare_stored(buf, start, lens, ia, ib):
 
 
 @jit
+def _triage(a, b, hashes, reps, bounds):
+    """Answer the pairs (a[i], b[i]) of global rows that need no reading (chunk c holds rows
+    bounds[c]..bounds[c+1]-1; reps: each row's first equal row in its chunk, chunk-relative):
+    two rows of one chunk (a row with itself included), rows of different chunks with
+    different hashes. Returns (same bool [m], the other pairs' indices, their rows each
+    replaced by its first equal row (global))."""
+    m = len(a)
+    same = np.empty(m, dtype=np.bool_)
+    cross = np.empty(m, dtype=np.int64)
+    ra = np.empty(m, dtype=np.int64)
+    rb = np.empty(m, dtype=np.int64)
+    n = 0
+    ca = cb = 0  # chunks of the previous pair's rows: pairs often come in runs of one chunk
+    for i in range(m):
+        x = a[i]
+        y = b[i]
+        if not bounds[ca] <= x < bounds[ca + 1]:
+            ca = np.searchsorted(bounds, x, side="right") - 1
+        if not bounds[cb] <= y < bounds[cb + 1]:
+            cb = np.searchsorted(bounds, y, side="right") - 1
+        if ca == cb:
+            same[i] = reps[x] == reps[y]
+        elif hashes[x] != hashes[y]:
+            same[i] = False
+        else:
+            same[i] = False
+            cross[n] = i
+            ra[n] = bounds[ca] + reps[x]
+            rb[n] = bounds[cb] + reps[y]
+            n += 1
+    return same, cross[:n], ra[:n], rb[:n]
+
+
+@jit
 def _bucket_pairs(a, b, bounds):
     """Sort the pairs (a[i], b[i]) of global rows by chunk (chunk c holds rows
     bounds[c]..bounds[c+1]-1). With lo = min, hi = max of a pair: a pair with lo == hi is
@@ -637,18 +851,20 @@ def _gather(buf, starts, lens, keep):
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernels with the argument types real files give
-    them (read-only decompressed pages, writable uncompressed ones): scan two tiny files."""
+    them (read-only decompressed pages, writable uncompressed ones): scan four tiny files."""
     import tempfile
 
     values = pa.array(["", "ab", "ab", "a longer anchor text, more than 32 bytes long"] * 4)
     table = pa.table({"a": values})
     with tempfile.TemporaryDirectory(prefix="gaca-warm-up-") as tmp:
         paths = [os.path.join(tmp, f"{k}.parquet") for k in range(4)]
-        # dictionary then PLAIN pages; two row groups, so that pairs cross chunks
+        # dictionary then PLAIN pages; two row groups in each file, so that pairs cross chunks
         pq.write_table(table, paths[0], compression="zstd", dictionary_pagesize_limit=1, row_group_size=8)
-        pq.write_table(table, paths[1], compression="none", data_page_version="2.0", use_dictionary=False)
+        pq.write_table(table, paths[1], compression="none", data_page_version="2.0", use_dictionary=False,
+                       row_group_size=8)
         for path, encoding in zip(paths[2:], ("DELTA_BYTE_ARRAY", "DELTA_LENGTH_BYTE_ARRAY")):
-            pq.write_table(table, path, compression="zstd", use_dictionary=False, column_encoding={"a": encoding})
+            pq.write_table(table, path, compression="zstd", use_dictionary=False, column_encoding={"a": encoding},
+                           row_group_size=8)
         rows = np.arange(len(values) * len(paths))
         for group in ([p] for p in paths):
             scan = scan_anchors(group, "a")
@@ -673,6 +889,7 @@ class _Chunk:
     optional: bool  # definition levels present (max definition level 1)
     row0: int  # global index of its first row
     n_rows: int
+    uncompressed: int = 0  # the footer's total_uncompressed_size: sizes the thread's buffer
 
 
 def _column_layout(path: str, column: str, file: int, row0: int) -> tuple[list[_Chunk], bool, tuple[int, int]]:
@@ -713,7 +930,10 @@ def _column_layout(path: str, column: str, file: int, row0: int) -> tuple[list[_
         if md.get(CMD_CODEC) not in CODECS:
             raise ScanUnsupported(f"{path}: compression codec {md.get(CMD_CODEC)} not supported")
         optional = element.get(SE_REPETITION) == OPTIONAL
-        chunks.append(_Chunk(file, piece.start, piece.start + piece.length, md.get(CMD_CODEC), optional, row0, n_rows))
+        usize = md.get(ps.CMD_TOTAL_UNCOMPRESSED_SIZE)
+        usize = usize if isinstance(usize, int) and 0 <= usize < 2**34 else 0  # only a hint
+        chunks.append(_Chunk(file, piece.start, piece.start + piece.length, md.get(CMD_CODEC), optional, row0, n_rows,
+                             usize))
         row0 += n_rows
     stat = os.stat(path)
     return chunks, binary, (stat.st_size, stat.st_mtime_ns)
@@ -826,11 +1046,13 @@ def _decompress(codec, raw: np.ndarray, usize: int) -> np.ndarray:
 
 
 class _Dictionary:
-    """The current dictionary of a chunk: located entries and (lazily) their hashes."""
+    """The current dictionary of a chunk: located entries and (lazily) their hashes and the
+    first row of the chunk equal to each (-1 until an entry is used), with where the entries
+    are in the thread's `_Distinct.store` (`stored`)."""
 
     def __init__(self):
         self.buf = None
-        self.starts = self.lens = self.hashes = None
+        self.starts = self.lens = self.hashes = self.reps = self.stored = None
 
     def load(self, buf, pos, end, n):
         if n > (end - pos) // 4:  # a PLAIN value takes at least 4 bytes
@@ -840,7 +1062,7 @@ class _Dictionary:
         self.lens = np.empty(n, dtype=np.int64)
         if _plain_refs(buf, pos, end, n, self.starts, self.lens) < 0:
             raise ScanUnsupported("malformed dictionary page")
-        self.hashes = None
+        self.hashes = self.reps = self.stored = None
 
 
 def _locate(page: _Page, dictionary: _Dictionary):
@@ -867,8 +1089,48 @@ def _locate(page: _Page, dictionary: _Dictionary):
     return buf, starts, lens
 
 
-def _hash_chunk(files: _Files, chunk: _Chunk, hashes: np.ndarray) -> int:
-    """Hash every row of `chunk` into hashes[chunk.row0:]; return its number of empty values."""
+# Keys of the table of a chunk's distinct values are hash & _KEY_FOLD. Tests set few bits here,
+# so that different values share keys and must be told apart by their bytes.
+_KEY_FOLD = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+class _Distinct:
+    """A thread's record of the chunk it hashes (`_first_equals`), reused for its next chunks
+    (fresh memory is slow to fault in): the bytes of the chunk's values (`store`: each page's
+    values appended; replaced by a larger copy when a chunk needs more, and kept), the
+    distinct values' entries (start in store, length, first row) and the hash table."""
+
+    def __init__(self, max_rows: int, store_bytes: int):
+        cap = 16
+        while cap < 2 * max_rows:
+            cap *= 2
+        self.table = np.zeros(cap, dtype=np.uint64)
+        self.info = np.empty((max_rows, 2), dtype=np.int64)
+        self.store = np.empty(max(store_bytes, 1 << 16), dtype=np.uint8)
+        self.state = np.zeros(2, dtype=np.int64)  # distinct values, bytes used in store
+
+    def start(self, n_rows: int) -> np.ndarray:
+        """Empty the table and the store for a chunk of n_rows rows; returns the part of the
+        table to use (a power of two at least twice n_rows)."""
+        cap = 16
+        while cap < 2 * n_rows:
+            cap *= 2
+        table = self.table[:cap]
+        table[:] = 0
+        self.state[:] = 0
+        return table
+
+
+def _hash_chunk(files: _Files, chunk: _Chunk, hashes: np.ndarray, reps: np.ndarray, sizes: tuple[int, int]) -> int:
+    """Hash every row of `chunk` into hashes[chunk.row0:], write the chunk-relative row of the
+    first row of the chunk with the same bytes into reps[chunk.row0:], and return the chunk's
+    number of empty values. sizes: the most rows and uncompressed bytes of a chunk (to size the
+    thread's `_Distinct` once)."""
+    d = getattr(files.local, "distinct", None)
+    if d is None:
+        d = files.local.distinct = _Distinct(*sizes)
+    table = d.start(chunk.n_rows)
+    fold = _KEY_FOLD
     dictionary = _Dictionary()
     empty = 0
 
@@ -876,18 +1138,25 @@ def _hash_chunk(files: _Files, chunk: _Chunk, hashes: np.ndarray) -> int:
         nonlocal empty
         at = chunk.row0 + page.row0
         if page.encoding == PLAIN:
-            end, e = _hash_plain(page.buf, page.pos, page.end, page.n, hashes, at)
+            common = (hashes, reps, at, page.row0, fold, table, d.info, d.store, d.state)
+            end, e, d.store = _scan_plain(page.buf, page.pos, page.end, page.n, *common)
             if end < 0:
                 raise ScanUnsupported("malformed PLAIN page")
         elif page.encoding in (RLE_DICTIONARY, PLAIN_DICTIONARY) and dictionary.buf is not None:
             if dictionary.hashes is None:
                 dictionary.hashes = hash_values(dictionary.buf, dictionary.starts, dictionary.lens)
-            ok, e = _hash_indices(page.buf, page.pos, page.end, page.n, dictionary.hashes, hashes, at)
+                dictionary.reps = np.full(len(dictionary.hashes), -1, dtype=np.int64)
+                d.store, shift = _append(d.store, d.state, dictionary.buf, 0, len(dictionary.buf))
+                dictionary.stored = dictionary.starts + shift
+            common = (hashes, reps, at, page.row0, fold, table, d.info, d.store, d.state)
+            ok, e = _scan_indices(page.buf, page.pos, page.end, page.n, dictionary.stored, dictionary.lens,
+                                  dictionary.hashes, dictionary.reps, *common)
             if not ok:
                 raise ScanUnsupported("malformed dictionary-encoded page")
         else:
             buf, starts, lens = _locate(page, dictionary)
-            e = _hash_refs(buf, starts, lens, hashes, at)
+            common = (hashes, reps, at, page.row0, fold, table, d.info, d.store, d.state)
+            e, d.store = _scan_refs(buf, starts, lens, *common)
         empty += e
 
     _walk(files, chunk, dictionary.load, on_page)
@@ -964,7 +1233,10 @@ class AnchorScan:
 
     hashes: uint64 [n_rows], rows in file order (files in the given order, row groups in
     order); a pure function of each row's bytes (0 for the empty string, never 0 otherwise).
-    empty: the number of rows whose value is the empty string."""
+    empty: the number of rows whose value is the empty string.
+    _reps: int32 [n_rows], for each row the first row of its column chunk (chunk-relative)
+    whose bytes equal its bytes (the row itself when none before it does), found exactly
+    during the scan: two rows of one chunk are equal if and only if their _reps are."""
 
     files: tuple[str, ...]
     column: str
@@ -974,18 +1246,50 @@ class AnchorScan:
     _binary: bool = field(default=False, repr=False)
     _chunks: tuple = field(default=(), repr=False, compare=False)
     _stats: tuple = field(default=(), repr=False, compare=False)
+    _reps: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def equal(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
         """bool [len(rows_a)]: bytes of row rows_a[i] == bytes of row rows_b[i], exactly.
 
-        One streaming pass over the chunks that hold any of the rows (pages without any are not
-        decompressed). For each pair, the earlier row's bytes are kept while its chunk is read
-        and the later row is compared against them in place; for a pair whose rows lie in
-        different chunks both rows' bytes are kept until the end. Memory: the kept bytes."""
+        Without reading the files for most pairs: a row with itself is equal; different
+        hashes mean different bytes; two rows of one column chunk are equal if and only if
+        their first equal rows in the chunk (`_reps`, exact) are the same. Only pairs of rows
+        in different chunks with equal hashes are compared by a streaming pass
+        (`_equal_streamed`), each row replaced by its first equal row in its chunk and only
+        the pages holding those rows decompressed. The files are checked (size, modification
+        time) against the scan's even when nothing is read."""
         a = self._rows(rows_a)
         b = self._rows(rows_b)
         if len(a) != len(b):
             raise ValueError("rows_a and rows_b differ in length")
+        if not len(a):
+            return np.ones(0, dtype=np.bool_)
+        self._check_files()
+        if self._reps is None:
+            return self._equal_streamed(a, b)
+        same, cross, cross_a, cross_b = _triage(a, b, self.hashes, self._reps, self._bounds())
+        if len(cross):
+            same[cross] = self._equal_streamed(cross_a, cross_b)
+        return same
+
+    def _check_files(self) -> None:
+        """GacaError when a file's size or modification time differs from the scan's."""
+        for path, stat in zip(self.files, self._stats):
+            try:
+                st = os.stat(path)
+                now = (st.st_size, st.st_mtime_ns)
+            except OSError as exc:
+                now = exc
+            if now != stat:
+                reason = now if isinstance(now, OSError) else f"{path}: size or modification time changed"
+                raise GacaError(f"a file changed while gaca was reading it ({reason})", file=", ".join(self.files))
+
+    def _equal_streamed(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """`equal` by one streaming pass over the chunks that hold any of the rows (pages
+        without any are not decompressed), for any pairs (a, b: int64 rows in range). For each
+        pair, the earlier row's bytes are kept while its chunk is read and the later row is
+        compared against them in place; for a pair whose rows lie in different chunks both
+        rows' bytes are kept until the end. Memory: the kept bytes."""
         same = np.ones(len(a), dtype=np.bool_)
         if not len(a):
             return same
@@ -1120,10 +1424,12 @@ def _scan(paths: tuple[str, ...], column: str) -> AnchorScan:
     if len(kinds) > 1:
         raise ScanUnsupported("text in some files, binary in others")
     hashes = np.empty(n_rows, dtype=np.uint64)
+    reps = np.empty(n_rows, dtype=np.int32)
+    sizes = (max((c.n_rows for c in chunks), default=0), max((c.uncompressed for c in chunks), default=0))
     with _Files(paths, stats) as files:
-        empty = sum(_run(chunks, lambda c: _hash_chunk(files, c, hashes)))
+        empty = sum(_run(chunks, lambda c: _hash_chunk(files, c, hashes, reps, sizes)))
     binary = kinds.pop() if kinds else False
-    return AnchorScan(paths, column, n_rows, hashes, int(empty), binary, tuple(chunks), tuple(stats))
+    return AnchorScan(paths, column, n_rows, hashes, int(empty), binary, tuple(chunks), tuple(stats), reps)
 
 
 if __name__ == "__main__":  # benchmark: python -m gaca_cli.anchor_scan [LOG] [COLUMN]
@@ -1148,11 +1454,24 @@ if __name__ == "__main__":  # benchmark: python -m gaca_cli.anchor_scan [LOG] [C
         run_first = order[np.maximum.accumulate(np.where(first, np.arange(len(h)), 0))]
         return order[~first], run_first[~first]
 
+    def step_groups(scan):
+        """What `gaca advantages` asks: rows grouped by (group_id, hash); each non-first row of
+        a group against its first row in file order."""
+        groups = pq.read_table(log, columns=["group_id"]).column(0).combine_chunks()
+        g = np.asarray(groups.dictionary_encode().indices, dtype=np.int64)
+        order = np.lexsort((scan.hashes, g))  # stable: rows of a group in file order
+        key_g, key_h = g[order], scan.hashes[order]
+        first = np.r_[True, (key_g[1:] != key_g[:-1]) | (key_h[1:] != key_h[:-1])]
+        run_first = order[np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))]
+        return order[~first], run_first[~first]
+
     timed("warm_up", warm_up)
     scan = timed("scan_anchors", lambda: scan_anchors([log], col))
-    rows_a, rows_b = workload(scan)
-    print(f"rows {scan.n_rows}, empty {scan.empty}, pairs {len(rows_a)}, "
-          f"representatives {len(np.unique(rows_b))}", file=sys.stderr)
-    same = timed("equal", lambda: scan.equal(rows_a, rows_b))
-    print(f"unequal pairs (hash collisions) {int((~same).sum())}", file=sys.stderr)
+    for name, (rows_a, rows_b) in (("hash groups", workload(scan)), ("step groups", step_groups(scan))):
+        bounds = scan._bounds()
+        across = int((np.searchsorted(bounds, rows_a, "right") != np.searchsorted(bounds, rows_b, "right")).sum())
+        print(f"{name}: rows {scan.n_rows}, pairs {len(rows_a)}, across chunks {across}, "
+              f"representatives {len(np.unique(rows_b))}", file=sys.stderr)
+        same = timed("equal", lambda a=rows_a, b=rows_b: scan.equal(a, b))
+        print(f"unequal pairs (hash collisions) {int((~same).sum())}", file=sys.stderr)
     timed("values(1000)", lambda: scan.values(rows_b[:: max(1, len(rows_b) // 1000)][:1000]))

@@ -244,11 +244,11 @@ def step_advantage(
     assert codes is not None, "gigpo and gaca need step groups"
     n_codes = int(codes.max()) + 1
     # episode group by episode group (step groups never span two), local in memory
-    numbered, adv, size, n_singleton, const = kernels.normalize_step_groups(
+    by_group, adv, size, n_singleton, const = kernels.normalize_step_groups(
         np.ascontiguousarray(returns_to_go, dtype=np.float64), np.ascontiguousarray(codes, dtype=np.int64), n_codes,
         arrays.rows, arrays.traj_start, arrays.traj_len, arrays.traj_group, arrays.walk, normalize_by_std, EPS,
     )
-    if not numbered:
+    if not by_group:  # codes that span episode groups: the general pass
         adv, n_singleton, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
         size = np.bincount(codes, minlength=n_codes)[codes].astype(np.int64)
     diag = {"step_groups": n_codes, "step_singleton_groups": int(n_singleton), "step_constant_groups": int(const)}

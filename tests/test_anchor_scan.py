@@ -2,8 +2,10 @@
 
 Every layout is written by pyarrow (or polars) and scanned; the scan's hashes must equal the
 hash of each value's bytes computed directly (so they do not depend on page, encoding,
-dictionary, codec or file), equal hashes must mean equal texts, `equal` must agree with Python
-equality on random pairs in any order, and `values` with pyarrow's values.
+dictionary, codec or file), equal hashes must mean equal texts, each row's first equal row in
+its column chunk (`_reps`) must be the one a dict finds, `equal` (and its streaming twin, which
+reads every pair from the files) must agree with Python equality on random pairs in any order,
+and `values` with pyarrow's values.
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ def reference_hashes(values: list[bytes]) -> np.ndarray:
     return hash_values(buf, starts, lens)
 
 
+def reference_reps(values: list[bytes], bounds: np.ndarray) -> np.ndarray:
+    """For each row, the first row of its chunk (rows bounds[c]..bounds[c+1]-1) with the same
+    bytes, chunk-relative: a dict per chunk."""
+    out = np.empty(len(values), dtype=np.int64)
+    for c in range(len(bounds) - 1):
+        first: dict[bytes, int] = {}
+        for r in range(bounds[c], bounds[c + 1]):
+            out[r] = first.setdefault(values[r], r - bounds[c])
+    return out
+
+
 def check(scan: AnchorScan | None, values: list, seed: int = 0) -> None:
     """Everything the scan promises, against the values pyarrow reads."""
     assert scan is not None
@@ -60,6 +73,7 @@ def check(scan: AnchorScan | None, values: list, seed: int = 0) -> None:
     assert scan.n_rows == n and scan.hashes.dtype == np.uint64 and scan.hashes.shape == (n,)
     assert scan.empty == sum(len(v) == 0 for v in raw)
     np.testing.assert_array_equal(scan.hashes, reference_hashes(raw))
+    np.testing.assert_array_equal(scan._reps, reference_reps(raw, scan._bounds()))
     # equal hashes <=> equal texts
     first_hash: dict[bytes, int] = {}
     for v, h in zip(raw, scan.hashes.tolist()):
@@ -75,7 +89,9 @@ def check(scan: AnchorScan | None, values: list, seed: int = 0) -> None:
         b[i] = twins[rng.integers(len(twins))]
     got = scan.equal(a, b)
     assert got.dtype == np.bool_ and got.shape == (m,)
-    np.testing.assert_array_equal(got, [raw[i] == raw[j] for i, j in zip(a, b)])
+    want = [raw[i] == raw[j] for i, j in zip(a, b)]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(scan._equal_streamed(a, b), want)  # the slow twin, every pair read
     assert scan.equal(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)).shape == (0,)
     rows = rng.integers(0, n, 50)
     got_values = scan.values(rows)
@@ -318,7 +334,7 @@ def test_warm_up_compiles_what_real_use_needs(tmp_path):
     anchor_scan.warm_up()
     kernels = {n: k for n, k in vars(anchor_scan).items() if isinstance(k, CPUDispatcher)}
     before = {n: len(k.signatures) for n, k in kernels.items()}
-    assert before["_hash_plain"] and before["_collect_page"] and before["_compare_stored"]
+    assert before["_scan_plain"] and before["_triage"] and before["_collect_page"] and before["_compare_stored"]
     values = texts(3000, seed=8)
     paths = [write(tmp_path / "a.parquet", values, row_group_size=1000, dictionary_pagesize_limit=2000),
              write(tmp_path / "b.parquet", values, compression="none", use_dictionary=False, data_page_version="2.0")]
@@ -354,3 +370,96 @@ def test_all_pairs_small_log(tmp_path):
     want = [values[i] == values[j] for i, j in pairs]
     np.testing.assert_array_equal(same, want)
     np.testing.assert_array_equal(scan.hashes[pairs[:, 0]] == scan.hashes[pairs[:, 1]], want)
+
+
+# --------------------------------------------------------------------------- equal from the scan's record
+
+
+def test_pairs_inside_chunks_read_nothing(tmp_path, monkeypatch):
+    """Pairs of one chunk are answered from `_reps` (files only stat-checked); pairs across
+    chunks (row groups, files) go to the streaming comparison, each row replaced by its first
+    equal row in its chunk."""
+    parts = [texts(900, seed=s) for s in range(2)]
+    paths = [write(tmp_path / f"{k}.parquet", part, row_group_size=300, data_page_size=400)
+             for k, part in enumerate(parts)]
+    values = [v.encode() for v in parts[0] + parts[1]]
+    scan = scan_anchors(paths, COL)
+    bounds = scan._bounds()
+    assert len(bounds) == 7
+    rng = np.random.default_rng(3)
+    chunk = rng.integers(0, 6, 4000)
+    a = bounds[chunk] + rng.integers(0, 300, 4000)
+    b = bounds[chunk] + rng.integers(0, 300, 4000)
+    for i in np.flatnonzero(rng.random(4000) < 0.5):  # half the pairs: a row with the same text
+        lo = bounds[chunk[i]]
+        twins = [r for r in range(lo, lo + 300) if values[r] == values[a[i]]]
+        b[i] = twins[rng.integers(len(twins))]
+    want = [values[i] == values[j] for i, j in zip(a, b)]
+    assert 1500 < sum(want) < 3500
+
+    def no_reading(*args):
+        raise AssertionError("read the files for pairs inside chunks")
+
+    with monkeypatch.context() as m:
+        m.setattr(AnchorScan, "_equal_streamed", no_reading)
+        np.testing.assert_array_equal(scan.equal(a, b), want)
+    streamed = []
+    real = AnchorScan._equal_streamed
+
+    def spy(self, x, y):
+        streamed.append((x.copy(), y.copy()))
+        return real(self, x, y)
+
+    monkeypatch.setattr(AnchorScan, "_equal_streamed", spy)
+    b2 = np.where(rng.random(4000) < 0.5, b, (b + 300) % 1800)  # half the pairs across chunks
+    want2 = [values[i] == values[j] for i, j in zip(a, b2)]
+    np.testing.assert_array_equal(scan.equal(a, b2), want2)
+    (x, y), = streamed
+    assert len(x) and (np.searchsorted(bounds, x, "right") != np.searchsorted(bounds, y, "right")).all()
+    assert (scan.hashes[x] == scan.hashes[y]).all()  # different hashes never read
+    reps = bounds[np.searchsorted(bounds, x, "right") - 1] + scan._reps[x]
+    np.testing.assert_array_equal(x, reps)  # rows replaced by their chunk's first equal row
+
+
+@pytest.mark.parametrize("fold", [0, 3, 0xFFFF_0000_0000_0003])
+@pytest.mark.parametrize("name", ["dict-v1-zstd-small-pages", "dict-fallback-to-plain", "plain-v2-snappy",
+                                  "delta-byte-array-v2", "delta-length-byte-array"])
+def test_forced_hash_collisions_inside_chunks(tmp_path, monkeypatch, name, fold):
+    """With the table's keys folded into a few values, different texts share keys and are told
+    apart by their bytes only: `_reps` and `equal` stay exact (the batched lookup finds
+    unequal candidates and falls back to the row-at-a-time one)."""
+    monkeypatch.setattr(anchor_scan, "_KEY_FOLD", np.uint64(fold))
+    values = texts(1500, seed=fold % 7, long_every=400)
+    path = write(tmp_path / "a.parquet", values, **LAYOUTS[name])
+    check(scan_anchors([path], COL), values, seed=fold % 5)
+
+
+def test_duplicates_pages_apart(tmp_path):
+    """A text repeated far apart in one chunk, with many pages between: the later rows point
+    to the first, across pages, dictionary and PLAIN alike; texts differing only in their last
+    byte or in length stay apart."""
+    base = "You are in a long corridor with doors on both sides. " * 3
+    values = [f"filler {i} " + "z" * (i % 50) for i in range(3000)]
+    for r in (5, 1200, 2999):
+        values[r] = base
+    values[700] = base[:-1] + "!"
+    values[701] = base + " "
+    for name in ("dict-fallback-to-plain", "plain-v1-none", "delta-byte-array-v1"):
+        options = dict(LAYOUTS[name], row_group_size=3000, data_page_size=256)
+        scan = scan_anchors([write(tmp_path / f"{name}.parquet", values, **options)], COL)
+        assert scan._reps[1200] == 5 and scan._reps[2999] == 5 and scan._reps[700] == 700 and scan._reps[701] == 701
+        assert scan.equal(np.array([1200, 2999, 700, 701]), np.array([5, 1200, 5, 5])).tolist() == [
+            True, True, False, False]
+        check(scan, values)
+
+
+def test_changed_file_is_noticed_without_reading(tmp_path):
+    """`equal` answers pairs inside a chunk from the scan's record, and still refuses a file
+    that changed (or vanished) since the scan."""
+    values = texts(300)
+    path = write(tmp_path / "a.parquet", values)
+    scan = scan_anchors([path], COL)
+    assert scan.equal(np.array([0, 1]), np.array([1, 1])).tolist() == [values[0] == values[1], True]
+    path.unlink()
+    with pytest.raises(Exception, match="changed"):
+        scan.equal(np.array([0]), np.array([1]))
