@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-from rapidfuzz import process
-from rapidfuzz.distance import Indel
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -185,6 +186,8 @@ def anchor_series(column: pa.ChunkedArray) -> pl.Series:
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     # one chunk: polars gathers from a many-chunk series ~30x slower
+    import polars as pl  # imported on use: a scanned anchor column never needs it
+
     return pl.from_arrow(column).rechunk()
 
 
@@ -226,6 +229,8 @@ class PolarsAnchors(Anchors):
         return plain(self.series.gather(rows).to_arrow())
 
     def empty_count(self) -> int | None:
+        import polars as pl
+
         if self.series.dtype != pl.String:
             return None
         return int((self.series.str.len_bytes() == 0).sum())
@@ -408,6 +413,9 @@ def cluster_anchors(texts: list[str], threshold: float) -> list[int]:
     n = |a| + |b|, similarity ≥ θ ⇔ (n − d)·q ≥ p·n for θ = p/q.
     Returns, for each text in `texts` (any order), the index of its cluster in founding order.
     """
+    from rapidfuzz import process  # imported on use: only --anchor-similarity needs it
+    from rapidfuzz.distance import Indel
+
     theta = _exact_fraction(threshold)
     p, q = theta.numerator, theta.denominator
     order = sorted(range(len(texts)), key=lambda i: texts[i])
