@@ -200,6 +200,30 @@ def normalize_in_groups(
 
 
 @jit
+def group_end(walk: np.ndarray, traj_group: np.ndarray, traj_len: np.ndarray, i: int) -> tuple[int, int]:
+    """The episode group that starts at walk[i] (trajectories grouped by episode group): the
+    position after its last trajectory in `walk`, and its number of rows."""
+    g = traj_group[walk[i]]
+    j = i
+    total = 0
+    while j < len(walk) and traj_group[walk[j]] == g:
+        total += traj_len[walk[j]]
+        j += 1
+    return j, total
+
+
+@jit
+def largest_group(walk: np.ndarray, traj_group: np.ndarray, traj_len: np.ndarray) -> int:
+    """The number of rows of the largest episode group (sizes the per-group buffers)."""
+    biggest = 0
+    i = 0
+    while i < len(walk):
+        i, total = group_end(walk, traj_group, traj_len, i)
+        biggest = max(biggest, total)
+    return biggest
+
+
+@jit
 def normalize_step_groups(
     values: np.ndarray,
     codes: np.ndarray,
@@ -228,15 +252,7 @@ def normalize_step_groups(
     identity = len(rows) == 0
     out = np.zeros(n)
     size = np.empty(n, dtype=np.int64)
-    biggest = 0
-    i = 0
-    while i < n_traj:
-        g = traj_group[walk[i]]
-        total = 0
-        while i < n_traj and traj_group[walk[i]] == g:
-            total += traj_len[walk[i]]
-            i += 1
-        biggest = max(biggest, total)
+    biggest = largest_group(walk, traj_group, traj_len)
     claimed = np.zeros(n_codes, dtype=np.bool_)
     count = np.zeros(max(biggest, 1), dtype=np.int64)
     shared = np.empty(max(biggest, 1), dtype=np.int64)
@@ -247,19 +263,15 @@ def normalize_step_groups(
     n_constant = 0
     i = 0
     while i < n_traj:
-        g = traj_group[walk[i]]
-        j = i
-        total = 0
+        j, total = group_end(walk, traj_group, traj_len, i)
         lo = n_codes
         hi = -1
-        while j < n_traj and traj_group[walk[j]] == g:
-            t = walk[j]
-            total += traj_len[t]
+        for q in range(i, j):
+            t = walk[q]
             for p in range(traj_start[t], traj_start[t] + traj_len[t]):
                 c = codes[p if identity else rows[p]]
                 lo = min(lo, c)
                 hi = max(hi, c)
-            j += 1
         if hi - lo >= total:
             return False, out, size, 0, 0
         for q in range(i, j):
@@ -496,15 +508,7 @@ def step_groups_by_hash(
     n_groups = len(group_rank)
     identity = len(rows) == 0
     codes = np.empty(n, dtype=np.int64)
-    biggest = 0
-    i = 0
-    while i < n_traj:
-        g = traj_group[walk[i]]
-        total = 0
-        while i < n_traj and traj_group[walk[i]] == g:
-            total += traj_len[walk[i]]
-            i += 1
-        biggest = max(biggest, total)
+    biggest = largest_group(walk, traj_group, traj_len)
     cap = 16
     while cap < 2 * biggest:
         cap *= 2
@@ -519,11 +523,7 @@ def step_groups_by_hash(
     i = 0
     while i < n_traj:
         g = traj_group[walk[i]]
-        j = i
-        total = 0
-        while j < n_traj and traj_group[walk[j]] == g:
-            total += traj_len[walk[j]]
-            j += 1
+        j, total = group_end(walk, traj_group, traj_len, i)
         width = 16
         while width < 2 * total:
             width *= 2
