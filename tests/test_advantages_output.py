@@ -285,11 +285,11 @@ def test_rerun_on_spliced_output_replaces_the_tool_columns(tmp_path, rich_log, w
 
 def test_map_keeps_the_file_names_and_equals_the_canonical_run(tmp_path, rich_log, write_paths):
     table = pq.read_table(rich_log)
-    renames = {C.GROUP_ID: "uid", C.TRAJ_ID: "traj_uid"}
+    renames = {C.GROUP_ID: "uid", C.TRAJ_ID: "traj_uid", C.ANCHOR_OBS: "obs_text"}  # the scanned anchor too
     mapped = tmp_path / "mapped.parquet"
     pq.write_table(renamed(table, renames), mapped, row_group_size=14)
     out_mapped, out_plain = tmp_path / "out-mapped.parquet", tmp_path / "out-plain.parquet"
-    maps = ["--map", "group_id=uid", "--map", "traj_id=traj_uid"]
+    maps = ["--map", "group_id=uid", "--map", "traj_id=traj_uid", "--map", "anchor_obs=obs_text"]
     run_ok("advantages", mapped, "--method", "gigpo", *maps, "-o", out_mapped)
     run_ok("advantages", rich_log, "--method", "gigpo", "-o", out_plain)
     assert write_paths == ["spliced", "spliced"]
@@ -466,6 +466,27 @@ def test_scanned_anchors_give_the_outputs_of_read_anchors(tmp_path, rich_log, mo
     assert scanned.summary == read.summary
     assert scanned.summary["warnings"]["empty_anchors"] == 1
     assert scanned.summary["warnings"]["differing_initial_anchors"] == 1
+
+
+@pytest.mark.parametrize("method", ["gigpo", "gaca"])
+def test_scanned_anchor_key_wins_and_matches_the_read_key(tmp_path, rich_log, monkeypatch, method):
+    """A string `anchor_key` (coarser than the text here) is the column scanned, and gives
+    what reading it gives."""
+    table = pq.read_table(rich_log)
+    key = pa.array([f"k{len(t)}" for t in table[C.ANCHOR_OBS].to_pylist()], pa.string())
+    path = tmp_path / "keyed.parquet"
+    pq.write_table(table.append_column(C.ANCHOR_KEY, key), path, row_group_size=9)
+    config = AdvantagesConfig(method=method)
+    log = read_for_advantages([str(path)], {}, config)
+    assert isinstance(log.cache[("anchors", C.ANCHOR_KEY)], ScannedAnchors)
+    scanned = compute_advantages(log, config)
+    no_scan(monkeypatch)
+    read = compute_advantages(read_for_advantages([str(path)], {}, config), config)
+    assert scanned.new_columns.equals(read.new_columns)
+    assert scanned.summary == read.summary
+    groups = scanned.new_columns.column(C.STEP_GROUP_ID).to_numpy()
+    plain = compute_advantages(read_for_advantages([str(rich_log)], {}, config), config)
+    assert len(np.unique(groups)) < len(np.unique(plain.new_columns.column(C.STEP_GROUP_ID).to_numpy()))
 
 
 def test_scan_declined_reads_the_anchor_and_writes_the_same_file(tmp_path, rich_log, monkeypatch):
