@@ -224,9 +224,7 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
         new_columns[C.NLL_Z] = pa.array(result.nll_z)
         new_columns[C.GACA_WEIGHT] = pa.array(result.gaca_weight)
     new_columns[C.ADVANTAGE] = pa.array(result.advantage)
-    new_columns[C.ADV_METHOD] = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(index.n_rows, dtype=np.int32)), pa.array([config.method])
-    ).cast(pa.string())
+    new_columns[C.ADV_METHOD] = pa.repeat(pa.scalar(config.method, pa.string()), index.n_rows)
 
     params = config.as_metadata()
     meta_value = {"tool": "gaca", "version": __version__, "method": config.method, "params": params}
