@@ -489,6 +489,21 @@ def test_scanned_anchor_key_wins_and_matches_the_read_key(tmp_path, rich_log, mo
     assert len(np.unique(groups)) < len(np.unique(plain.new_columns.column(C.STEP_GROUP_ID).to_numpy()))
 
 
+@pytest.mark.parametrize("method", ["grpo", "gigpo", "gaca"])
+def test_scanned_anchors_with_colliding_hashes(tmp_path, rich_log, monkeypatch, method):
+    """Hashes of the streamed anchors folded into 3 values (collisions everywhere, inside and
+    across row groups): the exact comparisons from the pages split them again, and outputs
+    and warnings are those of the honest hashes."""
+    config = AdvantagesConfig(method=method)
+    honest = compute_advantages(read_for_advantages([str(rich_log)], {}, config), config)
+    monkeypatch.setattr(ScannedAnchors, "file_hashes", lambda self: self.scan.hashes % np.uint64(3))
+    log = read_for_advantages([str(rich_log)], {}, config)
+    assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
+    folded = compute_advantages(log, config)
+    assert folded.new_columns.equals(honest.new_columns)
+    assert folded.summary == honest.summary
+
+
 def test_scan_declined_reads_the_anchor_and_writes_the_same_file(tmp_path, rich_log, monkeypatch):
     """When the scan declines, the anchor column is read after the others (only it), and the
     output file is the same."""
