@@ -30,8 +30,8 @@ class StepIndex:  # noqa: PLR0902
     In canonical order (the default) the trajectories follow sorted (group_id, traj_id): episode
     groups by sorted group_id, within a group the trajectories by sorted traj_id. In file
     order (`prepare_log(..., canonical=False)`) they follow their first appearance in the file,
-    which keeps every gather between file and index order local in memory; results that must
-    not depend on row order then use `canonical_position`.
+    which keeps walks through `order` local in memory; numbering that must not depend on row
+    order then uses `canonical_start` (see grouping.Trajectories.canonical_row_position).
 
     order:      int64 [N]  original row of each index position
     traj_start: int64 [T]  first position of each trajectory
@@ -72,12 +72,6 @@ class StepIndex:  # noqa: PLR0902
     def canonical_traj_order(self) -> np.ndarray:
         """int64 [T] the trajectories in canonical order."""
         return np.argsort(self.canonical_start)
-
-    @property
-    def canonical_position(self) -> np.ndarray:
-        """int64 [N] position of each row in canonical order (a permutation of 0..N-1): what
-        numbering by first appearance uses, so that it does not depend on row order."""
-        return self.canonical_start[self.traj] + self.step
 
     @property
     def group(self) -> np.ndarray:

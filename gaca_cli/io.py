@@ -78,11 +78,7 @@ class Log:
         assert self.plain_files, "only a log of plain Parquet files can read more columns"
         names = [self.original_name(c) for c in columns]
         fast = [self.original_name(c) for c in via_polars]
-        parts = [_read_file(path, names, (), fast) for path in self.files]
-        try:
-            extra = pa.concat_tables(parts, promote_options="default")
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=self.source) from None
+        extra = _concat([_read_file(path, names, (), fast) for path in self.files], self.source)
         if extra.num_rows != self.table.num_rows:
             raise GacaError("the input changed while it was being read; run again", file=self.source)
         table = self.table
@@ -244,6 +240,15 @@ def _read_directory(path: str, columns: Sequence[str] | None) -> list[tuple[str,
     return parts
 
 
+def _concat(tables: list[pa.Table], source: str) -> pa.Table:
+    """The files' tables one after the other, columns a file lacks as nulls; a type clash is
+    one GacaError naming `source`."""
+    try:
+        return pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=source) from None
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -292,10 +297,7 @@ def read_log(
         else:
             parts.append((path, _read_file(path, file_columns, in_file(dictionary), in_file(via_polars))))
     files = tuple(p for p, _ in parts)
-    try:
-        table = pa.concat_tables([t for _, t in parts], promote_options="default")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=", ".join(files)) from None
+    table = _concat([t for _, t in parts], ", ".join(files))
     ends = np.cumsum([t.num_rows for _, t in parts], dtype=np.int64)
     source = files[0] if len(files) == 1 else ", ".join(files)
     if table.num_rows == 0:

@@ -440,6 +440,24 @@ def no_scan(monkeypatch) -> None:
     monkeypatch.setattr(anchor_scan, "scan_anchors", lambda files, column: None)
 
 
+def run_of(path: Path, config: AdvantagesConfig):
+    """What `gaca advantages` computes for one file (no output written)."""
+    return compute_advantages(read_for_advantages([str(path)], {}, config), config)
+
+
+def scanned_then_read(path: Path, config: AdvantagesConfig, anchor: str, monkeypatch):
+    """The run with the anchor column streamed (checked to be), and the run with it read."""
+    log = read_for_advantages([str(path)], {}, config)
+    assert isinstance(log.cache[("anchors", anchor)], ScannedAnchors)
+    scanned = compute_advantages(log, config)
+    with monkeypatch.context() as m:
+        no_scan(m)
+        log = read_for_advantages([str(path)], {}, config)
+        assert anchor in log.table.column_names
+        read = compute_advantages(log, config)
+    return scanned, read
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("similarity", [None, 0.5])
 @pytest.mark.parametrize("layout", ["plain", "dictionary", "pages"])
@@ -454,14 +472,7 @@ def test_scanned_anchors_give_the_outputs_of_read_anchors(tmp_path, rich_log, mo
     pq.write_table(table, path, row_group_size=9, **options)
     params = {} if similarity is None else {"anchor_similarity": similarity}
     config = AdvantagesConfig(method=method, **params)
-    scanned_log = read_for_advantages([str(path)], {}, config)
-    assert isinstance(scanned_log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
-    scanned = compute_advantages(scanned_log, config)
-    with monkeypatch.context() as m:
-        no_scan(m)
-        read_log_ = read_for_advantages([str(path)], {}, config)
-        assert C.ANCHOR_OBS in read_log_.table.column_names
-        read = compute_advantages(read_log_, config)
+    scanned, read = scanned_then_read(path, config, C.ANCHOR_OBS, monkeypatch)
     assert scanned.new_columns.equals(read.new_columns)
     assert scanned.summary == read.summary
     assert scanned.summary["warnings"]["empty_anchors"] == 1
@@ -477,15 +488,11 @@ def test_scanned_anchor_key_wins_and_matches_the_read_key(tmp_path, rich_log, mo
     path = tmp_path / "keyed.parquet"
     pq.write_table(table.append_column(C.ANCHOR_KEY, key), path, row_group_size=9)
     config = AdvantagesConfig(method=method)
-    log = read_for_advantages([str(path)], {}, config)
-    assert isinstance(log.cache[("anchors", C.ANCHOR_KEY)], ScannedAnchors)
-    scanned = compute_advantages(log, config)
-    no_scan(monkeypatch)
-    read = compute_advantages(read_for_advantages([str(path)], {}, config), config)
+    scanned, read = scanned_then_read(path, config, C.ANCHOR_KEY, monkeypatch)
     assert scanned.new_columns.equals(read.new_columns)
     assert scanned.summary == read.summary
     groups = scanned.new_columns.column(C.STEP_GROUP_ID).to_numpy()
-    plain = compute_advantages(read_for_advantages([str(rich_log)], {}, config), config)
+    plain = run_of(rich_log, config)
     assert len(np.unique(groups)) < len(np.unique(plain.new_columns.column(C.STEP_GROUP_ID).to_numpy()))
 
 
@@ -495,7 +502,7 @@ def test_scanned_anchors_with_colliding_hashes(tmp_path, rich_log, monkeypatch, 
     across row groups): the exact comparisons from the pages split them again, and outputs
     and warnings are those of the honest hashes."""
     config = AdvantagesConfig(method=method)
-    honest = compute_advantages(read_for_advantages([str(rich_log)], {}, config), config)
+    honest = run_of(rich_log, config)
     monkeypatch.setattr(ScannedAnchors, "file_hashes", lambda self: self.scan.hashes % np.uint64(3))
     log = read_for_advantages([str(rich_log)], {}, config)
     assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
