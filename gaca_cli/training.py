@@ -533,6 +533,20 @@ def _sum_stats():
             "ratio_sq": 0.0, "ratio_n": 0.0, "clipped": 0.0, "seqs": 0.0}
 
 
+def fresh_accelerator_state() -> None:
+    """Let this run choose its own device and precision. accelerate keeps one state per process
+    and refuses an `Accelerator` that asks for another device or mixed precision than the
+    process's first one did ("AcceleratorState has already been initialized"), and a process
+    that first ran on the CPU would keep the CPU. A second run in one process (a notebook, the
+    tests) may ask for either, so the run resets that state; the process-level part is kept
+    when a launcher (torchrun, accelerate launch) has set up a process group, which one run
+    per process never changes. accelerate has no public reset: its `_reset_state` is used."""
+    import torch.distributed as dist
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=not (dist.is_available() and dist.is_initialized()))
+
+
 class _Trainer:
     """One training run: holds the accelerator, model, optimiser and data (internal)."""
 
@@ -556,6 +570,7 @@ class _Trainer:
         read_advantages(self.log, self.index)  # fail on a bad advantage column before loading a model
         use_cpu = config.device == "cpu" or not torch.cuda.is_available()
         bf16 = config.dtype == "bf16" or (config.dtype == "auto" and not use_cpu)
+        fresh_accelerator_state()
         self.accelerator = Accelerator(cpu=use_cpu, mixed_precision="bf16" if bf16 else "no")
         set_seed(config.seed)
         model_id = str(Path(config.model).resolve()) if os.path.isdir(config.model) else config.model

@@ -234,6 +234,30 @@ def test_micro_batching_does_not_change_the_step(tiny_llama, tmp_path):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
 
 
+def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
+    """accelerate keeps one state per process and refuses a second Accelerator with another
+    mixed precision. Two runs in one process (bf16, then fp32, then bf16 again) each get the
+    precision they ask for, and the fp32 run repeats an fp32 run made alone exactly."""
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "1", "--device", "cpu", "--json", *FAST]
+    seen = []
+    for i, dtype in enumerate(["bf16", "fp32", "bf16"]):
+        res = run([*args, "--dtype", dtype, "-o", tmp_path / f"run{i}"])
+        assert res.exit_code == 0, res.output
+        seen.append(json.loads(res.stdout)["mixed_precision"])
+    assert seen == ["bf16", "no", "bf16"]
+    import subprocess
+    import sys
+
+    alone = subprocess.run([sys.executable, "-m", "gaca_cli", "train-offline", *map(str, args), "--dtype", "fp32",
+                            "-o", str(tmp_path / "alone")], capture_output=True, text=True, timeout=300,
+                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert alone.returncode == 0, alone.stderr
+    a, b = load_state(tmp_path / "run1"), load_state(tmp_path / "alone")
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
 def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     """ppo with a KL penalty and seq-mean: a run interrupted after step 3 (checkpoint at 2) and
     resumed with --resume ends with the same parameters and metrics as an uninterrupted run."""
