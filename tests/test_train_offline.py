@@ -246,12 +246,13 @@ def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
         assert res.exit_code == 0, res.output
         seen.append(json.loads(res.stdout)["mixed_precision"])
     assert seen == ["bf16", "no", "bf16"]
+    import os
     import subprocess
     import sys
 
     alone = subprocess.run([sys.executable, "-m", "gaca_cli", "train-offline", *map(str, args), "--dtype", "fp32",
                             "-o", str(tmp_path / "alone")], capture_output=True, text=True, timeout=300,
-                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert alone.returncode == 0, alone.stderr
     a, b = load_state(tmp_path / "run1"), load_state(tmp_path / "alone")
     for k in a:
