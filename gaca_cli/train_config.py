@@ -7,6 +7,7 @@ command line can build its options from these defaults without importing any of 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -18,7 +19,7 @@ LOSSES = ("ppo", "pg", "awr", "filtered-bc")
 AGGREGATIONS = ("token-mean", "seq-mean")
 BEHAVIOR_SOURCES = ("auto", C.BEHAVIOR_LOGPROBS, C.TOKEN_LOGPROBS)
 TRAIN_DTYPES = ("auto", "bf16", "fp32")
-TRAIN_DEVICES = ("auto", "cpu")
+TRAIN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -83,11 +84,11 @@ class TrainConfig:
             ("behavior", BEHAVIOR_SOURCES),
             ("context", CONTEXT_SOURCES),
             ("dtype", TRAIN_DTYPES),
-            ("device", TRAIN_DEVICES),
         ):
             if getattr(self, name) not in allowed:
-                extra = " (under accelerate launch / torchrun each process gets its GPU)" if name == "device" else ""
-                bad(name, getattr(self, name), " | ".join(allowed) + extra)
+                bad(name, getattr(self, name), " | ".join(allowed))
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            bad("device", self.device, " | ".join(TRAIN_DEVICES) + " (under accelerate launch / torchrun each process gets its GPU)")
         if not (finite(self.lr) and self.lr > 0):
             bad("lr", self.lr, "a peak learning rate > 0, e.g. 1e-5 (full fine-tuning) or 1e-4 (LoRA)")
         if not (finite(self.clip_low) and 0.0 <= self.clip_low < 1.0):

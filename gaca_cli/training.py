@@ -533,6 +533,27 @@ def _sum_stats():
             "ratio_sq": 0.0, "ratio_n": 0.0, "clipped": 0.0, "seqs": 0.0}
 
 
+def train_device(device: str):
+    """`--device` of train-offline as a torch device: `auto` is CUDA when there is a GPU, else
+    the CPU; `cuda` and `cuda:N` raise a GacaError when there is no such GPU. Under a launcher
+    (torchrun, accelerate launch) each process trains on its own GPU, so `cuda:N` is refused
+    there; in one process `cuda:N` becomes the current CUDA device, which accelerate uses."""
+    import torch
+
+    from gaca_cli.models import resolve_device
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    launched = "LOCAL_RANK" in os.environ
+    if device.startswith("cuda:") and launched:
+        raise GacaError(f"--device {device}: under torchrun / accelerate launch each process trains on its own GPU; "
+                        "use --device cuda or auto")
+    dev = resolve_device(device)
+    if dev.type == "cuda" and dev.index is not None and not launched:
+        torch.cuda.set_device(dev)
+    return dev
+
+
 def fresh_accelerator_state() -> None:
     """Let this run choose its own device and precision. accelerate keeps one state per process
     and refuses an `Accelerator` that asks for another device or mixed precision than the
@@ -568,7 +589,7 @@ class _Trainer:
         config = self.config
         self.index, self.warnings = prepare_log(self.log, "train-offline")
         read_advantages(self.log, self.index)  # fail on a bad advantage column before loading a model
-        use_cpu = config.device == "cpu" or not torch.cuda.is_available()
+        use_cpu = train_device(config.device).type == "cpu"
         bf16 = config.dtype == "bf16" or (config.dtype == "auto" and not use_cpu)
         fresh_accelerator_state()
         self.accelerator = Accelerator(cpu=use_cpu, mixed_precision="bf16" if bf16 else "no")

@@ -397,6 +397,23 @@ def test_unknown_lora_target(tiny_llama, tmp_path):
     _assert_failed_cleanly(res, tmp_path / "out", "--lora-targets nope_proj")
 
 
+def test_device_choices(tiny_llama, tmp_path):
+    """--device: a spelling outside auto | cpu | cuda | cuda:N is a usage error (exit 2); a GPU
+    that is not there is one Error line (exit 1) before anything is written. (tests/test_cuda.py
+    trains on a GPU where there is one.)"""
+    log = write_log(tmp_path / "log.parquet", two_action_rows())
+    for bad in ("mps", "gpu", "cuda:", "cuda:x"):
+        res = run([log, "--model", tiny_llama, "--loss", "pg", "--device", bad, "-o", tmp_path / "out"])
+        _assert_failed_cleanly(res, tmp_path / "out", f"device = '{bad}'", "cuda:N", code=2)
+    if not torch.cuda.is_available():
+        res = run([log, "--model", tiny_llama, "--loss", "pg", "--device", "cuda", "-o", tmp_path / "out"])
+        _assert_failed_cleanly(res, tmp_path / "out", "--device cuda", "no CUDA device")
+    else:
+        n = torch.cuda.device_count()
+        res = run([log, "--model", tiny_llama, "--loss", "pg", "--device", f"cuda:{n}", "-o", tmp_path / "out"])
+        _assert_failed_cleanly(res, tmp_path / "out", f"--device cuda:{n}", "CUDA device(s)")
+
+
 def test_usage_errors_exit_2(tiny_llama, tmp_path):
     log = write_log(tmp_path / "log.parquet", two_action_rows())
     res = run([log, "--model", tiny_llama, "--lr", "-1", "-o", tmp_path / "out"])

@@ -51,7 +51,7 @@ def train_offline(
     lora_targets: str = typer.Option(",".join(_D.lora_targets), "--lora-targets", help="Comma-separated module names, or all-linear."),
     merge: bool = typer.Option(_D.merge, "--merge", help="LoRA: save merged full weights in OUT_DIR (adapter in OUT_DIR/adapter)."),
     dtype: str = typer.Option(_D.dtype, "--dtype", help="auto | bf16 | fp32 (auto: bf16 autocast on CUDA, fp32 elsewhere)."),
-    device: str = typer.Option(_D.device, "--device", help="auto | cpu."),
+    device: str = typer.Option(_D.device, "--device", help="auto (CUDA when present, else CPU) | cpu | cuda | cuda:N."),
     gradient_checkpointing: bool = typer.Option(_D.gradient_checkpointing, "--gradient-checkpointing", help="Recompute activations in backward (less memory)."),
     save_every: int = typer.Option(_D.save_every, "--save-every", help="Checkpoint every N optimiser steps (0: never)."),
     keep_checkpoints: int = typer.Option(_D.keep_checkpoints, "--keep-checkpoints", help="Checkpoints kept in OUT_DIR/checkpoints."),
