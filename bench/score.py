@@ -2,7 +2,11 @@
 
     python bench/score.py --quick          # a minute or two on a laptop CPU
     python bench/score.py                  # 20-step histories, a ~20M and a ~100M model
+    python bench/score.py --quick --dtype bf16   # the same, the model loaded in bfloat16
     python bench/score.py --groups 64 --rollouts 8 --steps 20 --device cuda
+    # one GPU (H200): a 100M and a TinyLlama-shaped 1B model loaded in bfloat16, the default
+    # logs (2 × 320 steps of up to ~1.7k tokens); about a minute with building and saving:
+    python bench/score.py --device cuda --dtype bf16 --models llama-100M,llama-1B
 
 Baseline (what lm-evaluation-harness's `loglikelihood` does for each (context,
 continuation) request): tokenise context and context + continuation, run ONE sequence per
@@ -31,11 +35,19 @@ needed) and the multiple of it each method took; the largest logits tensor eithe
 method builds (measured peak memory on CUDA); and the largest |Δ nll_sum| between the two.
 Every model runs a warm-up of both methods first (the first forwards of a process are
 several times slower).
+
+`--dtype fp32 | bf16`: the dtype the model is loaded in, for both methods (gaca's ScoreConfig
+gets the same); the baseline still takes a float32 log_softmax of the logits, gaca normalises in
+float32 as always. The floor's matmul rate is measured in that dtype (1024² matrices on the CPU,
+4096² on CUDA, where small matmuls are far from the roofline). The table's header names the
+device (torch.cuda.get_device_name on CUDA) and the dtype. On CUDA the memory column is each
+method's measured peak allocation above the resident model (torch.cuda.max_memory_allocated).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import sys
 import tempfile
@@ -57,6 +69,7 @@ MODELS = {
     "llama-20M": (256, 4, 4, 4, 1024),
     "llama-100M": (768, 6, 12, 12, 2048),
     "llama-tiny": (64, 2, 4, 4, 128),
+    "llama-1B": (2048, 16, 32, 8, 5632),  # TinyLlama-1.1B's shape with 16 layers (0.85B parameters)
 }
 VOCAB = 32_000
 
@@ -94,7 +107,10 @@ def make_logs(directory: Path, groups: int, rollouts: int, steps: int, obs_words
     return paths
 
 
-def build_llama(directory: Path, name: str) -> Path:
+def build_llama(directory: Path, name: str, device: str = "cpu") -> Path:
+    """A random-weight Llama of MODELS[name], saved in float32 with safetensors. The random
+    initialisation runs on `device` (seconds for the 1B model on CUDA, tens of seconds on CPU
+    cores); safetensors copies the weights to the host to save them."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -107,7 +123,8 @@ def build_llama(directory: Path, name: str) -> Path:
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                          tie_word_embeddings=False)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config)
     path = directory / name
     model.save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
@@ -118,7 +135,7 @@ def matmul_flops(device, dtype, seconds: float = 1.5) -> float:
     """Sustained FLOP/s of a square matmul (the roofline the floor is computed against)."""
     import torch
 
-    n = 1024
+    n = 4096 if device.type == "cuda" else 1024
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
@@ -137,6 +154,27 @@ def sync(device) -> None:
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def reset_peak(device) -> int | None:
+    """CUDA: wait, reset the peak-memory counter, return the bytes allocated now (the resident
+    model); None elsewhere."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def peak_above(device, resident: int | None) -> int | None:
+    """CUDA: the peak allocation since reset_peak, above what was resident then; None elsewhere."""
+    import torch
+
+    if device.type != "cuda" or resident is None:
+        return None
+    return max(0, torch.cuda.max_memory_allocated(device) - resident)
 
 
 def baseline(model, tok, rows: list[dict], device) -> tuple[np.ndarray, int, int]:
@@ -162,11 +200,11 @@ def baseline(model, tok, rows: list[dict], device) -> tuple[np.ndarray, int, int
     return nll, tokens, biggest
 
 
-def gaca(log_path: Path, model_dir: Path, loaded, out: Path, max_batch_tokens: int):
+def gaca(log_path: Path, model_dir: Path, loaded, out: Path, max_batch_tokens: int, dtype: str = "fp32"):
     from gaca_cli.io import read_log
     from gaca_cli.scoring import ScoreConfig, run_score
 
-    config = ScoreConfig(model=str(model_dir), dtype="fp32", max_batch_tokens=max_batch_tokens)
+    config = ScoreConfig(model=str(model_dir), dtype=dtype, device=str(loaded[2]), max_batch_tokens=max_batch_tokens)
     return run_score(read_log([log_path]), config, out, loaded=loaded)
 
 
@@ -182,7 +220,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--obs-words", type=int, default=12)
     ap.add_argument("--models", default="llama-20M,llama-100M", help=f"comma list of {', '.join(MODELS)}")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="the dtype the model is loaded in (both methods) and the floor's matmuls are measured in")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--max-batch-tokens", type=int, default=4096)
     args = ap.parse_args()
@@ -199,9 +239,15 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    flops = matmul_flops(device, torch.float32)
-    print(f"# device {device}, {torch.get_num_threads()} threads, matmul {flops / 1e9:,.1f} GFLOP/s (fp32); "
-          f"logs: {args.groups} groups × {args.rollouts} rollouts × {args.steps} steps", flush=True)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error(f"--device {args.device}: torch sees no CUDA device here")
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    flops = matmul_flops(device, torch_dtype)
+    header = (f"# device {device} ({device_name}), dtype {args.dtype}, {torch.get_num_threads()} threads, "
+              f"matmul {flops / 1e9:,.1f} GFLOP/s ({args.dtype}); "
+              f"logs: {args.groups} groups × {args.rollouts} rollouts × {args.steps} steps")
+    print(header, flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -209,27 +255,27 @@ def main() -> None:
         (tmp / "warm").mkdir()
         warm = make_logs(tmp / "warm", 1, 2, 3, 4)
         for name in args.models.split(","):
-            model_dir = build_llama(tmp, name)
-            loaded = load_causal_lm(str(model_dir), dtype="fp32", device=str(device))
+            model_dir = build_llama(tmp, name, str(device))
+            loaded = load_causal_lm(str(model_dir), dtype=args.dtype, device=str(device))
             model, tok = loaded[0], loaded[1]
             head_params = model.get_output_embeddings().weight.numel()
             body_params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel() - head_params
             warm_rows = pq.read_table(warm["append-only"]).to_pylist()
             for _ in range(2):  # warm-up: both paths, several shapes
                 baseline(model, tok, warm_rows, device)
-                gaca(warm["append-only"], model_dir, loaded, tmp / "warm.out.parquet", args.max_batch_tokens)
+                gaca(warm["append-only"], model_dir, loaded, tmp / "warm.out.parquet", args.max_batch_tokens, args.dtype)
             for kind, path in logs.items():
                 rows = pq.read_table(path).to_pylist()
                 work = step_tokens(tok, rows)
-                sync(device)
+                resident = reset_peak(device)
                 t0 = time.perf_counter()
                 ref, base_tokens, base_logits = baseline(model, tok, rows, device)
                 sync(device)
                 base_wall = time.perf_counter() - t0
-                if device.type == "cuda":
-                    torch.cuda.reset_peak_memory_stats(device)
+                base_peak = peak_above(device, resident)
+                resident = reset_peak(device)
                 t0 = time.perf_counter()
-                run = gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.out.parquet", args.max_batch_tokens)
+                run = gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.out.parquet", args.max_batch_tokens, args.dtype)
                 sync(device)
                 wall = time.perf_counter() - t0
                 got = run.table.column("nll_sum").to_numpy()
@@ -237,16 +283,21 @@ def main() -> None:
                 # the task's floor: every unique token through the body, action tokens through the head
                 floor = 2 * (body_params * s["tokens"] + head_params * s["action_tokens"]) / flops
                 gaca_logits = min(HEAD_CHUNK_BYTES, s["action_tokens"] * VOCAB * 4)
-                peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+                peak = peak_above(device, resident)
                 results.append(dict(model=name, params=body_params + head_params, log=kind, base_wall=base_wall, base_tokens=base_tokens,
                                     wall=wall, tokens=s["tokens"], work=work, floor=floor,
                                     packed=f"{s['packed_trajectories']}/{s['trajectories']}",
-                                    base_logits=base_logits, gaca_logits=gaca_logits, peak=peak,
+                                    base_logits=base_logits, gaca_logits=gaca_logits, peak=peak, base_peak=base_peak,
                                     diff=float(np.max(np.abs(got - ref)))))
                 r = results[-1]
                 print(f"# {name} {kind}: baseline {base_wall:.1f} s, gaca {wall:.1f} s "
-                      f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}", flush=True)
-            del model, loaded
+                      f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}, fast head {s['fast_head']}", flush=True)
+            del model, tok, loaded
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    print()
+    print(header.removeprefix("# "))
     print_table(results, flops)
 
 
@@ -257,11 +308,12 @@ def print_table(results: list[dict], flops: float) -> None:
     for r in results:
         lines.append((r["model"], r["log"], "baseline", f"{r['base_wall']:.2f}", f"{r['base_tokens']:,}",
                       f"{r['work'] / r['base_wall']:,.0f}", "1.0×", f"{r['floor']:.2f}",
-                      f"{r['base_wall'] / r['floor']:.1f}", f"{r['base_logits'] / 2**20:.0f}", "-", "-"))
+                      f"{r['base_wall'] / r['floor']:.1f}",
+                      f"{(r['base_peak'] if r['base_peak'] is not None else r['base_logits']) / 2**20:.0f}", "-", "-"))
         lines.append((r["model"], r["log"], "gaca score", f"{r['wall']:.2f}", f"{r['tokens']:,}",
                       f"{r['work'] / r['wall']:,.0f}", f"{r['base_wall'] / r['wall']:.1f}×", f"{r['floor']:.2f}",
                       f"{r['wall'] / r['floor']:.1f}",
-                      f"{(r['peak'] / 2**20) if r['peak'] else r['gaca_logits'] / 2**20:.0f}", r["packed"],
+                      f"{(r['peak'] if r['peak'] is not None else r['gaca_logits']) / 2**20:.0f}", r["packed"],
                       f"{r['diff']:.1e}"))
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:{'<' if i < 3 else '>'}{w}}}" for i, w in enumerate(widths))
@@ -272,7 +324,8 @@ def print_table(results: list[dict], flops: float) -> None:
     print("\nstep tok/s: Σ over steps of context + action tokens ÷ wall (the same work for both methods);\n"
           "floor: the task's FLOP floor, 2 × (body parameters × unique tokens + head parameters × action tokens)\n"
           "       ÷ measured matmul FLOP/s (the same for both methods; × floor = wall ÷ floor);\n"
-          "logits MB: the largest float32 logits tensor built (on CUDA, gaca's column is its measured peak memory).")
+          "logits MB: the largest float32 logits tensor built (on CUDA: each method's measured peak allocation\n"
+          "       above the resident model, torch.cuda.max_memory_allocated).")
 
 
 if __name__ == "__main__":
