@@ -357,13 +357,64 @@ def micro_batches(lengths: np.ndarray, max_batch_tokens: int, rank: int = 0, wor
 # the model side
 
 
-def action_logprobs(model, sequences: Sequence[np.ndarray], n_context: Sequence[int], pad_id: int, device, temperature: float = 1.0):
+KEEP_MODES = ("mask", "positions", "full")
+
+
+def logits_keep_mode(model) -> str:
+    """How `action_logprobs` asks this model for the logits at the action positions only:
+
+    - `mask`: `logits_to_keep` as a boolean [B, L] mask (recent transformers): exactly the
+      kept positions, flattened;
+    - `positions`: `logits_to_keep` as 1-D positions kept in every row (older transformers,
+      where a 2-D tensor fails): the union of the rows' action positions;
+    - `full`: a forward without `logits_to_keep` (models whose forward lacks it).
+
+    Probed once per model (a peft or DDP wrapper passes the argument through) on a 2×6 batch:
+    a mode is taken when its logits equal the full forward's at the kept positions."""
+    import torch
+
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = (torch.arange(12, device=device).reshape(2, 6) * 7919 + 3) % vocab
+    mask = torch.zeros((2, 6), dtype=torch.bool, device=device)
+    mask[0, 1:4] = True
+    mask[1, 3:5] = True
+    training = model.training
+    model.eval()  # no dropout in the comparison
+    try:
+        with torch.no_grad():
+            want = model(input_ids=ids, use_cache=False).logits.float()[mask]
+            scale = max(1.0, float(want.abs().max()))
+            for mode in ("mask", "positions"):
+                try:
+                    got = kept_logits(model, ids, mask, mode).float()
+                except (IndexError, RuntimeError, TypeError, ValueError):
+                    continue
+                if got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4 * scale):
+                    return mode
+        return "full"
+    finally:
+        model.train(training)
+
+
+def kept_logits(model, ids, keep, mode: str):
+    """[keep.sum(), V] logits at the True positions of `keep` ([B, L]), in row-major order."""
+    if mode == "mask":
+        return model(input_ids=ids, logits_to_keep=keep, use_cache=False).logits
+    if mode == "positions":
+        cols = keep.any(dim=0).nonzero().squeeze(1)
+        return model(input_ids=ids, logits_to_keep=cols, use_cache=False).logits[keep[:, cols]]
+    return model(input_ids=ids, use_cache=False).logits[keep]
+
+
+def action_logprobs(model, sequences: Sequence[np.ndarray], n_context: Sequence[int], pad_id: int, device,
+                    temperature: float = 1.0, keep_mode: str | None = None):
     """log π(y_t | x, y_<t) of every action token of a micro-batch, float32 [Σ n_action].
 
     Right-padded [B, L] input with no attention mask: causal attention never looks to the
     right, so padding cannot change a real position, and SDPA keeps its causal fast path (as in
-    `gaca score`). Logits are computed only at the positions that predict an action
-    token (`logits_to_keep` as a boolean [B, L] mask, so no [B, L, V] tensor is ever built),
+    `gaca score`). Logits are computed only at the positions that predict an action token
+    (`keep_mode`, `logits_keep_mode(model)` when None: with `mask` no [B, L, V] tensor is built),
     divided by the temperature, and normalised in float32. Order: sequence by sequence, tokens
     in order (the same order as concatenating the per-sequence action arrays).
     """
@@ -378,8 +429,7 @@ def action_logprobs(model, sequences: Sequence[np.ndarray], n_context: Sequence[
         keep[i, n_ctx - 1 : len(seq) - 1] = True
     targets = ids[:, 1:][keep[:, :-1]]
     ids, keep, targets = ids.to(device), keep.to(device), targets.to(device)
-    logits = model(input_ids=ids, logits_to_keep=keep, use_cache=False).logits
-    logits = logits.float()
+    logits = kept_logits(model, ids, keep, keep_mode or logits_keep_mode(model)).float()
     if temperature != 1.0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)
@@ -648,6 +698,7 @@ class _Trainer:
                         self.pad_id,
                         self.device,
                         self.config.temperature,
+                        self.keep_mode,
                     )
                 flat = logp.float().cpu().numpy()
                 start = 0
@@ -664,6 +715,7 @@ class _Trainer:
         import torch
 
         config = self.config
+        self.keep_mode = logits_keep_mode(self.model)
         self.ref = self.reference_logprobs() if config.kl_coef > 0 else None
         model = self.model
         if config.use_lora:
@@ -713,6 +765,7 @@ class _Trainer:
                         self.pad_id,
                         self.device,
                         config.temperature,
+                        self.keep_mode,
                     )
                 act = n_action[group]
                 seq_of_token = torch.from_numpy(np.repeat(np.arange(len(members)), act)).to(self.device)

@@ -1,4 +1,4 @@
-"""`gaca train-offline` end to end on tiny local models (CPU), loaded by path as users do.
+"""`gaca train-offline` end to end on tiny local models (on the CPU), loaded by path as users do.
 
 Log-probs are checked against a slow twin: one full forward per (context, action), a plain
 log_softmax over every position and a gather, with the action's tokens = the tokens that
@@ -76,7 +76,10 @@ def slow_action_logprob(model_dir: Path, context: str, action: str) -> float:
 
 
 def run(args: list[str]):
-    return runner.invoke(app, ["train-offline", *map(str, args)])
+    """`gaca train-offline ARGS`, on the CPU unless ARGS name a device (also on a machine with a
+    GPU: these tests compare numbers at CPU precision; tests/test_cuda.py trains on the GPU)."""
+    args = [*map(str, args)]
+    return runner.invoke(app, ["train-offline", *args, *([] if "--device" in args else ["--device", "cpu"])])
 
 
 def load_state(directory: Path) -> dict[str, torch.Tensor]:
@@ -143,7 +146,8 @@ def two_action_policy(tiny_llama, tmp_path_factory):
     start = fit_to_actions(tiny_llama, root / "start", [(PROMPT, GOOD), (PROMPT, BAD)])
     log = write_log(root / "log.parquet", two_action_rows())
     scored = root / "scored.parquet"
-    res = runner.invoke(app, ["score", str(log), "--model", str(start), "--token-logprobs", "-o", str(scored)])
+    res = runner.invoke(app, ["score", str(log), "--model", str(start), "--token-logprobs", "--device", "cpu",
+                              "-o", str(scored)])
     assert res.exit_code == 0, res.output
     return start, scored
 
@@ -194,14 +198,18 @@ def test_zero_advantage_gives_zero_policy_gradient_through_the_model(loss, tiny_
     assert any(g is not None for g in grads)
 
 
+@pytest.mark.parametrize("keep_mode", ["mask", "positions", "full"])
 @pytest.mark.parametrize("arch_fixture", ["tiny_llama", "tiny_gpt2"])
-def test_action_logprobs_match_the_slow_twin(arch_fixture, request):
-    """Padded micro-batch + logits only at action positions == full-logits log_softmax + gather."""
+def test_action_logprobs_match_the_slow_twin(arch_fixture, keep_mode, request):
+    """Padded micro-batch + logits only at action positions == full-logits log_softmax + gather,
+    whichever way the logits are asked for (`logits_keep_mode`)."""
     from gaca_cli.models import load_causal_lm
-    from gaca_cli.training import action_logprobs
+    from gaca_cli.training import action_logprobs, logits_keep_mode
 
     model_dir = request.getfixturevalue(arch_fixture)
     model, tok, device, _ = load_causal_lm(str(model_dir), dtype="fp32", device="cpu")
+    if keep_mode == "mask" and logits_keep_mode(model) != "mask":
+        pytest.skip("this transformers version takes no boolean logits_to_keep mask")
     pairs = [(PROMPT, GOOD), ("<|user|>You are in the corridor. The garden door is locked.\n<|assistant|>", "open door with key"),
              ("<|user|>x\n<|assistant|>", BAD)]
     seqs, n_ctx, want = [], [], []
@@ -214,8 +222,46 @@ def test_action_logprobs_match_the_slow_twin(arch_fixture, request):
             lp = torch.log_softmax(model(input_ids=torch.tensor([full])).logits.float(), -1)[0]
         want.extend(float(lp[p - 1, full[p]]) for p in range(len(ctx), len(full)))
     with torch.no_grad():
-        got = action_logprobs(model, seqs, n_ctx, 0, device)
+        got = action_logprobs(model, seqs, n_ctx, 0, device, keep_mode=keep_mode)
     np.testing.assert_allclose(got.numpy(), np.asarray(want), atol=1e-5, rtol=0)
+
+
+class OlderForward(torch.nn.Module):
+    """A real tiny model behind the forward of older transformers: `logits_to_keep` indexes
+    the positions axis (so a 2-D mask fails, "too many indices"), or with `keeps=False` is not
+    an argument at all."""
+
+    def __init__(self, inner, keeps: bool = True):
+        super().__init__()
+        self.inner, self.keeps = inner, keeps
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def forward(self, input_ids, use_cache=False, **kwargs):
+        from types import SimpleNamespace
+
+        if "logits_to_keep" in kwargs and not self.keeps:
+            raise TypeError("forward() got an unexpected keyword argument 'logits_to_keep'")
+        logits = self.inner(input_ids=input_ids, use_cache=use_cache).logits
+        if "logits_to_keep" in kwargs:
+            logits = logits[:, kwargs["logits_to_keep"], :]
+        return SimpleNamespace(logits=logits)
+
+
+def test_logits_keep_mode_follows_what_the_forward_takes(tiny_llama):
+    """The probe picks the boolean mask where the forward takes it, positions where a 2-D
+    tensor fails (transformers before the mask), and a full forward where there is no
+    `logits_to_keep`; it leaves the model's train/eval mode as it found it."""
+    from gaca_cli.models import load_causal_lm
+    from gaca_cli.training import logits_keep_mode
+
+    model = load_causal_lm(str(tiny_llama), dtype="fp32", device="cpu")[0]
+    model.train()
+    assert logits_keep_mode(model) in ("mask", "positions")
+    assert model.training
+    assert logits_keep_mode(OlderForward(model)) == "positions"
+    assert logits_keep_mode(OlderForward(model, keeps=False)) == "full"
 
 
 def test_micro_batching_does_not_change_the_step(tiny_llama, tmp_path):
@@ -281,7 +327,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     assert res.exit_code == 0, res.output
 
     config = TrainConfig(model=str(tiny_llama), loss="ppo", kl_coef=0.1, aggregation="seq-mean", max_steps=5,
-                         batch_size=6, lr=3e-3, save_every=2, warmup_ratio=0.2)
+                         batch_size=6, lr=3e-3, save_every=2, warmup_ratio=0.2, device="cpu")
     part = tmp_path / "part"
 
     def interrupt(kind, info):
