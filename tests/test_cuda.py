@@ -151,7 +151,7 @@ def test_score_backs_off_on_real_cuda_out_of_memory(tmp_path):
     small = score(tmp_path / "small.parquet", 2048)
     assert small["oom_backoffs"] == 0
     torch.cuda.empty_cache()
-    device = loaded[2]
+    device = torch.cuda.current_device()  # the model's (loaded as plain "cuda")
     total = torch.cuda.get_device_properties(device).total_memory
     cap = torch.cuda.memory_reserved(device) + (64 << 20)
     torch.cuda.set_per_process_memory_fraction(cap / total, device)

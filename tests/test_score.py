@@ -1,5 +1,8 @@
 """`gaca score` against its slow twin: one full-logits forward per step, log_softmax, gather.
 
+On the CPU in fp32 (`--device cpu` wherever numbers are compared, also on a machine with a
+GPU; tests/test_cuda.py checks the GPU).
+
 The twin (`reference_scores`) tokenises each step on its own, runs the model over the whole
 context + action, takes float32 log_softmax over the full vocabulary and gathers the action
 tokens: the definition of the NLL, with none of the fast path's tricks (packing, dedupe,
@@ -275,7 +278,7 @@ def test_empty_action_and_prefix_mismatch(tiny_llama, tmp_path):
     assert run.summary["prefix_mismatch_examples"] == ["(g0/r0, 1)"]
 
     result = runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "-o", str(tmp_path / "strict.parquet"),
-                                 "--strict-prefix"])
+                                 "--strict-prefix", "--device", "cpu"])
     assert result.exit_code == 1
     assert "not a prefix" in result.stderr and "(g0/r0, 1)" in result.stderr
     assert not (tmp_path / "strict.parquet").exists()
@@ -289,9 +292,10 @@ def test_rerun_replaces_own_columns_and_keeps_the_rest(tiny_llama, tmp_path):
     pq.write_table(table, log)
     first = tmp_path / "once.parquet"
     second = tmp_path / "twice.parquet"
-    args = ["--model", str(tiny_llama), "--token-logprobs"]
+    args = ["--model", str(tiny_llama), "--token-logprobs", "--device", "cpu"]
     assert runner.invoke(app, ["score", str(log), "-o", str(first), *args]).exit_code == 0
-    assert runner.invoke(app, ["score", str(first), "-o", str(second), "--model", str(tiny_llama), "-T", "2"]).exit_code == 0
+    assert runner.invoke(app, ["score", str(first), "-o", str(second), "--model", str(tiny_llama), "-T", "2",
+                                 "--device", "cpu"]).exit_code == 0
     once, twice = pq.read_table(first), pq.read_table(second)
     inputs = pq.read_table(log).column_names
     assert twice.column_names == inputs + [C.NLL_SUM, C.NLL_MEAN, C.N_ACTION_TOKENS]  # token_logprobs gone: stale
@@ -308,7 +312,7 @@ def test_column_map(tiny_gpt2, tmp_path):
     log = write_log(tmp_path / "log.parquet", renamed, ("messages",))
     out = tmp_path / "out.parquet"
     result = runner.invoke(app, ["score", str(log), "--model", str(tiny_gpt2), "-o", str(out), "--json",
-                                 "--map", "prompt=text_in", "--map", "action=reply"])
+                                 "--map", "prompt=text_in", "--map", "action=reply", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rows"] == len(rows)
     table = pq.read_table(out)
@@ -324,7 +328,8 @@ def test_resume_after_interruption_gives_the_same_file(tiny_llama, tmp_path):
     rows = make_rows(groups=3, trajs=3, steps=3, seed=11)
     log = write_log(tmp_path / "log.parquet", rows)
     whole = tmp_path / "whole.parquet"
-    common = ["--model", str(tiny_llama), "--chunk-rows", "9", "--max-batch-tokens", "300", "--token-logprobs"]
+    common = ["--model", str(tiny_llama), "--chunk-rows", "9", "--max-batch-tokens", "300", "--token-logprobs",
+              "--device", "cpu"]
     assert runner.invoke(app, ["score", str(log), "-o", str(whole), *common]).exit_code == 0
 
     out = tmp_path / "resumed.parquet"

@@ -88,7 +88,7 @@ def test_torchrun_two_cpu_processes(tiny_llama, tmp_path):
     torchrun = TORCHRUN
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [torchrun, "--nproc-per-node", "2", "-m", "gaca_cli", "score", str(log), "--model", str(tiny_llama),
-           "-o", str(tmp_path / "ranks.parquet"), "--chunk-rows", "4"]
+           "-o", str(tmp_path / "ranks.parquet"), "--chunk-rows", "4", "--device", "cpu"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "wrote" in done.stderr and done.stderr.count("wrote") == 1  # rank 0 alone reports
