@@ -8,7 +8,8 @@ tokens), same AdamW, clipping and schedule-free constant lr. Three loops:
 
 - plain (full logits): what one writes first — padded batch with an attention mask, logits at
   every position, log_softmax over [B, L, V], gather at the action tokens;
-- plain (action logits): the same loop with `logits_to_keep` at the action positions only, no
+- plain (action logits): the same loop with `logits_to_keep` at the action positions only (a
+  boolean mask, or on older transformers the positions: `gaca_cli.training.kept_logits`), no
   attention mask (gaca's forward): it isolates gaca's bookkeeping from its forward trick;
 - gaca train-offline (the library call the command makes), timed per optimiser step from its
   metrics.jsonl (`step_s`), and end to end (load, tokenise, train, save).
@@ -113,12 +114,13 @@ def plain_loop(model_dir: Path, data, config, steps: int, warmup: int, action_lo
     import torch
     from transformers import AutoModelForCausalLM
 
-    from gaca_cli.training import BatchPlan, micro_batches
+    from gaca_cli.training import BatchPlan, kept_logits, logits_keep_mode, micro_batches
 
     device = device if device is not None else torch.device("cpu")
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     model.train()
+    keep_mode = logits_keep_mode(model)  # a boolean logits_to_keep mask where transformers takes one
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     plan = BatchPlan(len(data), config.batch_size, config.seed)
     lengths_all, n_ctx_all = data.lengths, data.n_context
@@ -148,8 +150,7 @@ def plain_loop(model_dir: Path, data, config, steps: int, warmup: int, action_lo
                 keep = act[:, 1:]  # position p predicts token p + 1
                 keep = torch.cat([keep, torch.zeros((len(members), 1), dtype=torch.bool, device=device)], dim=1)
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    out = model(input_ids=ids, logits_to_keep=keep)
-                logits = out.logits.float()
+                    logits = kept_logits(model, ids, keep, keep_mode).float()
                 logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:][act[:, 1:]].unsqueeze(-1)).squeeze(-1)
                 loss = -(adv[:, 1:][act[:, 1:]] * logp).sum() / n_tok
             else:
