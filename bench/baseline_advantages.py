@@ -12,7 +12,9 @@ default 16 groups of 8 rollouts, a common verl-agent `train_batch_size`), so its
 linearly with the number of rows and extrapolating it linearly is fair. It is deliberately
 kinder than the reference in one place: results are scattered back with the row indices it
 already holds, not with one `np.where` per row over the batch as the reference does in
-`compute_step_discounted_returns` (`recombine_per_row=True` does that, for comparison).
+`compute_step_discounted_returns`. `recombine_per_row=True` does that, as the reference code
+does; bench/advantages.py uses it by default (`--baseline-style reference`, the baseline the
+issue names) and the kinder form with `--baseline-style kind`.
 
     python bench/baseline_advantages.py LOG.parquet --method gaca -o OUT.parquet
 """
