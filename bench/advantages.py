@@ -28,7 +28,7 @@ is the steadier figure, and the ratios are given for both.
     python bench/advantages.py                              # 1M and 10M rows, all methods
     python bench/advantages.py --rows 10000000 --methods gaca --cli
     python bench/advantages.py --order canonical            # logs already sorted by group, traj, step
-    python bench/advantages.py --baseline-style reference   # baseline scatters back like verl-agent
+    python bench/advantages.py --baseline-style kind        # a kinder baseline: scatters back by index
     python bench/advantages.py --profile --rows 10000000 --methods gaca   # CPU hot spots
 """
 
@@ -409,9 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-rows", default="100000,200000,400000",
                         help="sizes the baseline really runs on; larger sizes are extrapolated linearly")
     parser.add_argument("--no-baseline", action="store_true", help="skip the baseline runs")
-    parser.add_argument("--baseline-style", choices=("kind", "reference"), default="kind",
-                        help="kind: results scattered back by index (default); reference: one np.where over the "
-                             "batch per row to scatter the returns back, as the verl-agent code does (~5x slower)")
+    parser.add_argument("--baseline-style", choices=("kind", "reference"), default="reference",
+                        help="reference (default): one np.where over the batch per row to scatter the returns back, "
+                             "as the verl-agent code does; kind: results scattered back by index (~3x faster)")
     parser.add_argument("--cli", action="store_true", help="also time the real `gaca advantages` subprocess")
     parser.add_argument("--check-rows", type=int, default=20_000, help="log size of the agreement check")
     parser.add_argument("--quick", action="store_true", help="small run: 200k rows, baseline on 50k and 100k")
@@ -502,13 +502,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{min(r.rows for r in runs):,} and {max(r.rows for r in runs):,} rows (1.00 = linear)")
     print("peak = RSS high-water mark of the measuring child process (interpreter and imports included);")
     print("input = in-memory Arrow size of the whole log (every column); × compute compares the compute phases only.")
-    _print_targets(results, baseline_at)
+    _print_targets(results, baseline_at, args.baseline_style)
     if args.json:
         args.json.write_text(json.dumps([m.__dict__ | {"rows_per_s": m.rows_per_s} for m in results], indent=1))
     return 0
 
 
-def _print_targets(results: list[Measurement], baseline_at: dict[tuple[str, int], Measurement]) -> None:
+def _print_targets(results: list[Measurement], baseline_at: dict[tuple[str, int], Measurement], style: str) -> None:
     fast = {(m.method, m.rows): m for m in results if m.impl == "fast"}
     lines = []
     big = fast.get(("gaca", 10_000_000))
@@ -522,10 +522,12 @@ def _print_targets(results: list[Measurement], baseline_at: dict[tuple[str, int]
     for method in METHODS:
         one = fast.get((method, 1_000_000))
         base = baseline_at.get((method, 1_000_000))
-        if one is not None and base is not None:
-            r = base.total_s / one.total_s
-            lines.append(f"{method}, 1M rows vs baseline: {r:.0f}× end to end (target ≥ {TARGET_SPEEDUP:.0f}×): "
-                         f"{'met' if r >= TARGET_SPEEDUP else 'NOT met'}")
+        if one is not None and base is not None and one.compute_s and base.compute_s:
+            r = base.compute_s / one.compute_s
+            lines.append(f"{method}, 1M rows vs baseline: {r:.0f}× on the compute phase (target ≥ {TARGET_SPEEDUP:.0f}× "
+                         f"against the reference-style baseline: {'met' if r >= TARGET_SPEEDUP else 'NOT met'}"
+                         f"{'' if style == 'reference' else '; this run used the kind baseline'}), "
+                         f"{base.total_s / one.total_s:.0f}× end to end")
     if lines:
         print("\ntargets (2-core machine):")
         for line in lines:

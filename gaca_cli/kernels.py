@@ -690,9 +690,16 @@ def warm_up() -> None:
     none = i[:0]
     start = np.zeros(1, dtype=np.int64)
     length = np.full(1, 2, dtype=np.int64)
-    discounted_returns(f, none, start, length, 0.5)
-    trajectory_index(i, i, i, np.zeros(0, dtype=np.bool_), f[:0], 1)
-    trajectory_index(i, i, i, np.zeros(2, dtype=np.bool_), f, 1)
+    # Columns reach some kernels as pyarrow hands them over: read-only when zero-copy (one
+    # chunk), writable when converted or concatenated. numba types the two apart, so both.
+    f_read_only, i_read_only = f.copy(), i.copy()
+    f_read_only.flags.writeable = i_read_only.flags.writeable = False
+    for rewards in (f, f_read_only):
+        discounted_returns(rewards, none, start, length, 0.5)
+        trajectory_totals(rewards, none, start, length, 1.0, True)
+    for steps in (i, i_read_only):
+        trajectory_index(i, steps, i, np.zeros(0, dtype=np.bool_), f[:0], 1)
+        trajectory_index(i, steps, i, np.zeros(2, dtype=np.bool_), f, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
     normalize_step_groups(f, i, 1, none, start, length, start, start, True, 1e-6)
     standardize_in_scopes(f, i, 1, 1e-8)
@@ -701,6 +708,5 @@ def warm_up() -> None:
     step_groups_by_hash(np.zeros(2, dtype=np.uint64), none, start, length, start, i, start, start)
     renumber_by_first_position(i, np.arange(2, dtype=np.int64), 1)
     trajectory_sums(f, f, none, start, length, 0.0, 0.0)
-    trajectory_totals(f, none, start, length, 1.0, True)
     trajectory_summary(f, f, 1.0, f, f, none, start, length)
     trajectory_summary(f, f, 1.0, f[:0], f[:0], none, start, length)

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from gaca_cli import kernels
 from gaca_cli.estimators import EPS, Z_STD_FLOOR
+from tests.conftest import EXAMPLE_LOG
 
 HYPOTHESIS = settings(
     max_examples=60,
@@ -858,3 +859,29 @@ def test_warm_up_runs_every_kernel():
     """kernels.warm_up (run in a background thread by `gaca advantages` while it reads the
     log) calls every kernel once without error."""
     kernels.warm_up()
+
+
+def test_warm_up_covers_the_signatures_a_run_uses():
+    """After kernels.warm_up, a run of every method on the example log (read as the command
+    reads it) calls no kernel with argument types the warm-up did not load: otherwise that
+    kernel's machine code would be loaded (or compiled) in the middle of the compute phase.
+    In a fresh interpreter, so that other tests' calls cannot have loaded them already."""
+    import subprocess
+    import sys
+
+    code = f"""
+import numba
+from gaca_cli import kernels as K
+from gaca_cli.advantages import compute_advantages, read_for_advantages
+from gaca_cli.estimators import AdvantagesConfig
+K.warm_up()
+kernels = {{n: d for n, d in vars(K).items() if isinstance(d, numba.core.registry.CPUDispatcher)}}
+before = {{n: set(d.signatures) for n, d in kernels.items()}}
+for method in ("grpo", "gigpo", "gaca"):
+    config = AdvantagesConfig(method=method)
+    compute_advantages(read_for_advantages([{str(EXAMPLE_LOG)!r}], {{}}, config), config)
+print(sorted(n for n, d in kernels.items() if set(d.signatures) - before[n]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
