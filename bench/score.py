@@ -7,6 +7,10 @@
     # one GPU (H200): a 100M and a TinyLlama-shaped 1B model loaded in bfloat16, the default
     # logs (2 × 320 steps of up to ~1.7k tokens); about a minute with building and saving:
     python bench/score.py --device cuda --dtype bf16 --models llama-100M,llama-1B
+    # the first pass over a log's batch shapes against a second one, and without cuDNN's
+    # attention (on an H200 the first pass cost ~50 ms more per new batch shape):
+    python bench/score.py --device cuda --dtype bf16 --models llama-1B --again
+    python bench/score.py --device cuda --dtype bf16 --models llama-1B --again --sdpa no-cudnn
 
 Baseline (what lm-evaluation-harness's `loglikelihood` does for each (context,
 continuation) request): tokenise context and context + continuation, run ONE sequence per
@@ -47,6 +51,7 @@ method's measured peak allocation above the resident model (torch.cuda.max_memor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import random
 import sys
@@ -225,6 +230,11 @@ def main() -> None:
                     help="the dtype the model is loaded in (both methods) and the floor's matmuls are measured in")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--max-batch-tokens", type=int, default=4096)
+    ap.add_argument("--sdpa", choices=("default", "no-cudnn"), default="default",
+                    help="attention kernels torch may pick for both methods: its default order, or every one but "
+                         "cuDNN's (which builds a plan for each new batch shape on Hopper)")
+    ap.add_argument("--again", action="store_true",
+                    help="also time gaca a second time on each log (every batch shape seen before)")
     args = ap.parse_args()
     if args.quick:
         args.groups, args.rollouts, args.steps, args.obs_words = 2, 2, 8, 8
@@ -244,7 +254,8 @@ def main() -> None:
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     flops = matmul_flops(device, torch_dtype)
-    header = (f"# device {device} ({device_name}), dtype {args.dtype}, {torch.get_num_threads()} threads, "
+    header = (f"# device {device} ({device_name}), dtype {args.dtype}, attention {args.sdpa}, "
+              f"{torch.get_num_threads()} threads, "
               f"matmul {flops / 1e9:,.1f} GFLOP/s ({args.dtype}); "
               f"logs: {args.groups} groups × {args.rollouts} rollouts × {args.steps} steps")
     print(header, flush=True)
@@ -261,6 +272,12 @@ def main() -> None:
             head_params = model.get_output_embeddings().weight.numel()
             body_params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel() - head_params
             warm_rows = pq.read_table(warm["append-only"]).to_pylist()
+            kernels = contextlib.nullcontext()
+            if args.sdpa == "no-cudnn":
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                kernels = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+            kernels.__enter__()
             for _ in range(2):  # warm-up: both paths, several shapes
                 baseline(model, tok, warm_rows, device)
                 gaca(warm["append-only"], model_dir, loaded, tmp / "warm.out.parquet", args.max_batch_tokens, args.dtype)
@@ -292,6 +309,13 @@ def main() -> None:
                 r = results[-1]
                 print(f"# {name} {kind}: baseline {base_wall:.1f} s, gaca {wall:.1f} s "
                       f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}, fast head {s['fast_head']}", flush=True)
+                if args.again:
+                    t0 = time.perf_counter()
+                    gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.again.parquet", args.max_batch_tokens, args.dtype)
+                    sync(device)
+                    print(f"# {name} {kind}: gaca again (every batch shape seen before) {time.perf_counter() - t0:.2f} s",
+                          flush=True)
+            kernels.__exit__(None, None, None)
             del model, tok, loaded
             gc.collect()
             if device.type == "cuda":
