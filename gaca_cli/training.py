@@ -526,10 +526,23 @@ def _resume_fields(config: TrainConfig) -> dict:
     return meta
 
 
+def _device_kind(device: Any) -> str | None:
+    """What a `--device` value trains on here: cpu or cuda (None for anything else)."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" or (isinstance(device, str) and device.startswith("cuda")):
+        return "cpu" if device == "cpu" else "cuda"
+    return None
+
+
 def _check_resumable(state: dict, config: TrainConfig, fingerprint: str, checkpoint: Path) -> None:
     then = state.get("config", {})
     now = _resume_fields(config)
     for name, value in now.items():
+        if name == "device" and _device_kind(value) is not None and _device_kind(then.get(name)) == _device_kind(value):
+            continue  # the same kind of device under another name (auto = cpu without a GPU; cuda:N = cuda)
         if then.get(name) != value:
             raise GacaError(
                 f"--resume: the run was started with {name} = {then.get(name)!r}, now {value!r}; "

@@ -352,6 +352,33 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     assert ma[0]["kl"] == pytest.approx(0.0, abs=1e-7) and ma[-1]["kl"] > 0
 
 
+def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
+    """A run started with --device auto resumes with --device cpu where auto means the CPU (no
+    GPU), and is refused where auto meant a GPU; another option still refuses the resume."""
+    from gaca_cli.io import read_log
+    from gaca_cli.training import TrainConfig, train
+
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=1, device="auto")
+
+    def interrupt(kind, info):
+        if kind == "step" and info["step"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(read_log([log]), config, tmp_path / "run", on_event=interrupt)
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "3", "--batch-size", "6", "--save-every", "1",
+            "--resume", "-o", tmp_path / "run"]
+    other = run([*args, "--lr", "1e-3", "--device", "cpu"])
+    assert other.exit_code == 1 and "lr" in other.stderr
+    res = run([*args, "--device", "cpu", "--json"])
+    if torch.cuda.is_available():
+        assert res.exit_code == 1 and "device = 'auto', now 'cpu'" in res.stderr
+    else:
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["resumed_from_step"] == 2
+
+
 def test_lora_adapter_and_merge_load_with_plain_transformers(tiny_llama, tmp_path):
     """--lora-r: OUT_DIR is an adapter that AutoModelForCausalLM loads (peft installed);
     --merge: OUT_DIR holds merged weights and OUT_DIR/adapter the adapter, and both give the
