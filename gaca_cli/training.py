@@ -404,6 +404,8 @@ def kept_logits(model, ids, keep, mode: str):
     if mode == "positions":
         cols = keep.any(dim=0).nonzero().squeeze(1)
         return model(input_ids=ids, logits_to_keep=cols, use_cache=False).logits[keep[:, cols]]
+    if mode != "full":
+        raise ValueError(f"keep mode must be one of {', '.join(KEEP_MODES)}, got {mode!r}")
     return model(input_ids=ids, use_cache=False).logits[keep]
 
 

@@ -198,7 +198,7 @@ def test_zero_advantage_gives_zero_policy_gradient_through_the_model(loss, tiny_
     assert any(g is not None for g in grads)
 
 
-@pytest.mark.parametrize("keep_mode", ["mask", "positions", "full"])
+@pytest.mark.parametrize("keep_mode", ["mask", "positions", "full"])  # training.KEEP_MODES
 @pytest.mark.parametrize("arch_fixture", ["tiny_llama", "tiny_gpt2"])
 def test_action_logprobs_match_the_slow_twin(arch_fixture, keep_mode, request):
     """Padded micro-batch + logits only at action positions == full-logits log_softmax + gather,
@@ -254,7 +254,7 @@ def test_logits_keep_mode_follows_what_the_forward_takes(tiny_llama):
     tensor fails (transformers before the mask), and a full forward where there is no
     `logits_to_keep`; it leaves the model's train/eval mode as it found it."""
     from gaca_cli.models import load_causal_lm
-    from gaca_cli.training import logits_keep_mode
+    from gaca_cli.training import kept_logits, logits_keep_mode
 
     model = load_causal_lm(str(tiny_llama), dtype="fp32", device="cpu")[0]
     model.train()
@@ -262,6 +262,8 @@ def test_logits_keep_mode_follows_what_the_forward_takes(tiny_llama):
     assert model.training
     assert logits_keep_mode(OlderForward(model)) == "positions"
     assert logits_keep_mode(OlderForward(model, keeps=False)) == "full"
+    with pytest.raises(ValueError, match="keep mode"):
+        kept_logits(model, torch.zeros((1, 2), dtype=torch.long), torch.ones((1, 2), dtype=torch.bool), "rows")
 
 
 def test_micro_batching_does_not_change_the_step(tiny_llama, tmp_path):
