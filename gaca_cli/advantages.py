@@ -379,7 +379,7 @@ def _correlation(
     if k < 2:
         return None
     rows, start, length = arrays.rows, arrays.traj_start, arrays.traj_len
-    _, _, sxx, suu, sxu, _ = kernels.trajectory_sums(x, u, rows, start, length, sum_x / k, sum_u / k)
+    sxx, suu, sxu = kernels.trajectory_sums(x, u, rows, start, length, sum_x / k, sum_u / k)
     var_x, var_u = total(sxx), total(suu)
     if not (var_x > 0 and var_u > 0):
         return None

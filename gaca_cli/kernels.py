@@ -605,31 +605,26 @@ def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes:
 @jit
 def trajectory_sums(
     x: np.ndarray, u: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-trajectory sums, in step order (`rows`, see `discounted_returns`), over the steps
-    where u is not NaN, of x, u, (x − mx)², (u − mu)² and (x − mx)(u − mu); and the number of
-    such steps. Returns six float64 [T] arrays (sx, su, sxx, suu, sxu, count)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The second, centred pass of the summary's correlation: per trajectory, in step order
+    (`rows`, see `discounted_returns`), over the steps where u is not NaN, the sums of
+    (x − mx)², (u − mu)² and (x − mx)(u − mu); `trajectory_summary` gives the first pass.
+    Returns three float64 [T] arrays (sxx, suu, sxu)."""
     identity = len(rows) == 0
     n_traj = len(start)
-    sx = np.zeros(n_traj)
-    su = np.zeros(n_traj)
     sxx = np.zeros(n_traj)
     suu = np.zeros(n_traj)
     sxu = np.zeros(n_traj)
-    count = np.zeros(n_traj)
     for t in range(n_traj):
         for i in range(start[t], start[t] + length[t]):
             r = i if identity else rows[i]
             if not np.isnan(u[r]):
                 dx = x[r] - mx
                 du = u[r] - mu
-                sx[t] += x[r]
-                su[t] += u[r]
                 sxx[t] += dx * dx
                 suu[t] += du * du
                 sxu[t] += dx * du
-                count[t] += 1.0
-    return sx, su, sxx, suu, sxu, count
+    return sxx, suu, sxu
 
 
 @jit
@@ -639,8 +634,8 @@ def trajectory_summary(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The run summary's per-trajectory sums in one pass, each added in step order (`rows`, see
     `discounted_returns`): Σ |A^E|, Σ |ω·A^S|, Σ λ, and over the steps where u is not NaN
-    Σ λ, Σ u and their number (the first pass of `trajectory_sums`). `lam` and `u` may be
-    empty (no λ: those sums are 0). Returns six float64 [T] arrays."""
+    Σ λ, Σ u and their number (the correlation's first pass; `trajectory_sums` is the second).
+    `lam` and `u` may be empty (no λ: those sums are 0). Returns six float64 [T] arrays."""
     identity = len(rows) == 0
     with_lam = len(lam) > 0
     n_traj = len(start)
