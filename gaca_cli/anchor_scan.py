@@ -941,20 +941,17 @@ def _column_layout(path: str, column: str, file: int, row0: int) -> tuple[list[_
 
 def _find_leaf(schema: list, column: str):
     """(leaf column index, SchemaElement) of the top-level leaf field named `column`."""
-    i, leaf = 1, 0
-    for _ in range(schema[0].get(SE_NUM_CHILDREN, 0)):
-        start, first_leaf, pending = i, leaf, 1
-        while pending:
-            children = schema[i].get(SE_NUM_CHILDREN)
-            i, pending = i + 1, pending - 1
-            if children is None:
-                leaf += 1
-            else:
-                pending += children
-        if schema[start].get(SE_NAME) == column.encode():
-            if i - start != 1 or schema[start].get(SE_NUM_CHILDREN) is not None:
+    try:
+        fields = ps.top_level_fields(schema)
+    except (ValueError, AttributeError) as exc:  # a malformed schema list (or undecodable names)
+        raise ScanUnsupported(f"schema: {exc}") from None
+    element, leaf = 1, 0
+    for name, n_elements, leaves in fields:
+        if name == column:
+            if n_elements != 1 or schema[element].get(SE_NUM_CHILDREN) is not None:
                 raise ScanUnsupported(f"column {column!r} is nested")
-            return first_leaf, schema[start]
+            return leaf, schema[element]
+        element, leaf = element + n_elements, leaf + leaves
     raise ScanUnsupported(f"no column {column!r}")
 
 

@@ -468,7 +468,7 @@ def _combine(files: list[_Input], n: int, names: list[str]) -> _Encoded:
         file_orders = inp.meta.get(FMD_COLUMN_ORDERS)
         chunks = iter(row_groups[0].get(RG_COLUMNS).items)
         i = leaf = 1
-        for name, n_elements, leaves in _top_level_fields(schema):
+        for name, n_elements, leaves in top_level_fields(schema):
             elements[name] = schema[i : i + n_elements]
             orders[name] = None if file_orders is None else file_orders.items[leaf - 1 : leaf - 1 + leaves]
             pieces[name] = [_memory_piece(inp, next(chunks)) for _ in range(leaves)]
@@ -574,7 +574,7 @@ def read_footer(path: str) -> _Input:
     return _Input(path, meta, data_end)
 
 
-def _top_level_fields(schema: list[Struct]) -> list[tuple[str, int, int]]:
+def top_level_fields(schema: list[Struct]) -> list[tuple[str, int, int]]:
     """(name, number of SchemaElements, number of leaf columns) of each top-level field, from the
     depth-first SchemaElement list (a group has num_children, a leaf has none)."""
     fields, i = [], 1
@@ -604,7 +604,7 @@ def _check_same_files(inputs: list[_Input]) -> tuple[list[tuple[str, int, int]],
                 raise SpliceUnsupported(f"{inp.path}, {first.path}: Parquet schema, version or created_by differ")
     try:
         arrow = [pq.read_schema(inp.path).remove_metadata() for inp in inputs]
-        top = _top_level_fields(first.meta.get(FMD_SCHEMA).items)
+        top = top_level_fields(first.meta.get(FMD_SCHEMA).items)
     except (pa.ArrowException, OSError, *_DECODE_ERRORS) as exc:
         raise SpliceUnsupported(f"{first.path}: unreadable schema ({exc})") from None
     if any(not schema.equals(arrow[0], check_metadata=True) for schema in arrow[1:]):
