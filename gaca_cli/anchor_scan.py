@@ -788,16 +788,17 @@ def _bucket_pairs(a, b, bounds):
     req_persist, req_off [C+1], cross pair indices)."""
     m = len(a)
     nc = len(bounds) - 1
+    lo = np.minimum(a, b)
+    hi = np.maximum(a, b)
+    c_lo = np.searchsorted(bounds, lo, side="right") - 1  # the chunk of each pair's lo, and of its hi
+    c_hi = np.searchsorted(bounds, hi, side="right") - 1
     pair_off = np.zeros(nc + 1, dtype=np.int64)
     req_off = np.zeros(nc + 1, dtype=np.int64)
     n_cross = 0
     for i in range(m):
-        lo = min(a[i], b[i])
-        hi = max(a[i], b[i])
-        if lo == hi:
+        if lo[i] == hi[i]:
             continue
-        cl = np.searchsorted(bounds, lo, side="right") - 1
-        ch = np.searchsorted(bounds, hi, side="right") - 1
+        cl, ch = c_lo[i], c_hi[i]
         req_off[cl + 1] += 1
         if cl == ch:
             pair_off[ch + 1] += 1
@@ -815,20 +816,17 @@ def _bucket_pairs(a, b, bounds):
     cross = np.empty(n_cross, dtype=np.int64)
     n_cross = 0
     for i in range(m):
-        lo = min(a[i], b[i])
-        hi = max(a[i], b[i])
-        if lo == hi:
+        if lo[i] == hi[i]:
             continue
-        cl = np.searchsorted(bounds, lo, side="right") - 1
-        ch = np.searchsorted(bounds, hi, side="right") - 1
-        req_rows[req_fill[cl]] = lo
+        cl, ch = c_lo[i], c_hi[i]
+        req_rows[req_fill[cl]] = lo[i]
         req_persist[req_fill[cl]] = cl != ch
         req_fill[cl] += 1
         if cl == ch:
             pair_idx[pair_fill[ch]] = i
             pair_fill[ch] += 1
         else:
-            req_rows[req_fill[ch]] = hi
+            req_rows[req_fill[ch]] = hi[i]
             req_persist[req_fill[ch]] = True
             req_fill[ch] += 1
             cross[n_cross] = i
