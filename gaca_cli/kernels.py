@@ -47,20 +47,29 @@ def discounted_returns(
 
 
 @jit
+def counts_and_starts(codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """How many entries of `codes` (int64 in 0..n_codes−1) hold each code, and where each code's
+    block starts when the entries are laid out grouped by code (exclusive prefix sums of the
+    counts). Returns (count, start), int64 [n_codes] each."""
+    count = np.zeros(n_codes, dtype=np.int64)
+    for i in range(len(codes)):
+        count[codes[i]] += 1
+    start = np.empty(n_codes, dtype=np.int64)
+    acc = 0
+    for c in range(n_codes):
+        start[c] = acc
+        acc += count[c]
+    return count, start
+
+
+@jit
 def group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
     """Positions grouped by code (groups in code order), ascending by value within a group;
     and the size of each group. The same as np.lexsort((values, codes)) up to the order of
     equal values, which is moot for sums. codes: int64 [M] in 0..n_codes−1; values: float64 [M]
     without NaN. Returns (order int64 [M], count int64 [n_codes])."""
     m = len(codes)
-    count = np.zeros(n_codes, dtype=np.int64)
-    for i in range(m):
-        count[codes[i]] += 1
-    fill = np.empty(n_codes, dtype=np.int64)
-    acc = 0
-    for c in range(n_codes):
-        fill[c] = acc
-        acc += count[c]
+    count, fill = counts_and_starts(codes, n_codes)
     order = np.empty(m, dtype=np.int64)
     for i in range(m):
         c = codes[i]
@@ -442,14 +451,7 @@ def trajectory_index(
     episode_reward: float64 [N] or empty. Returns (every rule holds, order int64 [N] file row
     of each position (trajectories by code, steps ascending), start, length, group int64 [T])."""
     n = len(traj)
-    length = np.zeros(n_traj, dtype=np.int64)
-    for i in range(n):
-        length[traj[i]] += 1
-    start = np.empty(n_traj, dtype=np.int64)
-    acc = 0
-    for t in range(n_traj):
-        start[t] = acc
-        acc += length[t]
+    length, start = counts_and_starts(traj, n_traj)
     order = np.empty(n, dtype=np.int64)
     traj_group = np.empty(n_traj, dtype=np.int64)
     filled = np.zeros(n, dtype=np.bool_)
