@@ -277,45 +277,44 @@ def main() -> None:
                 from torch.nn.attention import SDPBackend, sdpa_kernel
 
                 kernels = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-            kernels.__enter__()
-            for _ in range(2):  # warm-up: both paths, several shapes
-                baseline(model, tok, warm_rows, device)
-                gaca(warm["append-only"], model_dir, loaded, tmp / "warm.out.parquet", args.max_batch_tokens, args.dtype)
-            for kind, path in logs.items():
-                rows = pq.read_table(path).to_pylist()
-                work = step_tokens(tok, rows)
-                resident = reset_peak(device)
-                t0 = time.perf_counter()
-                ref, base_tokens, base_logits = baseline(model, tok, rows, device)
-                sync(device)
-                base_wall = time.perf_counter() - t0
-                base_peak = peak_above(device, resident)
-                resident = reset_peak(device)
-                t0 = time.perf_counter()
-                run = gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.out.parquet", args.max_batch_tokens, args.dtype)
-                sync(device)
-                wall = time.perf_counter() - t0
-                got = run.table.column("nll_sum").to_numpy()
-                s = run.summary
-                # the task's floor: every unique token through the body, action tokens through the head
-                floor = 2 * (body_params * s["tokens"] + head_params * s["action_tokens"]) / flops
-                gaca_logits = min(HEAD_CHUNK_BYTES, s["action_tokens"] * VOCAB * 4)
-                peak = peak_above(device, resident)
-                results.append(dict(model=name, params=body_params + head_params, log=kind, base_wall=base_wall, base_tokens=base_tokens,
-                                    wall=wall, tokens=s["tokens"], work=work, floor=floor,
-                                    packed=f"{s['packed_trajectories']}/{s['trajectories']}",
-                                    base_logits=base_logits, gaca_logits=gaca_logits, peak=peak, base_peak=base_peak,
-                                    diff=float(np.max(np.abs(got - ref)))))
-                r = results[-1]
-                print(f"# {name} {kind}: baseline {base_wall:.1f} s, gaca {wall:.1f} s "
-                      f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}, fast head {s['fast_head']}", flush=True)
-                if args.again:
+            with kernels:
+                for _ in range(2):  # warm-up: both paths, several shapes
+                    baseline(model, tok, warm_rows, device)
+                    gaca(warm["append-only"], model_dir, loaded, tmp / "warm.out.parquet", args.max_batch_tokens, args.dtype)
+                for kind, path in logs.items():
+                    rows = pq.read_table(path).to_pylist()
+                    work = step_tokens(tok, rows)
+                    resident = reset_peak(device)
                     t0 = time.perf_counter()
-                    gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.again.parquet", args.max_batch_tokens, args.dtype)
+                    ref, base_tokens, base_logits = baseline(model, tok, rows, device)
                     sync(device)
-                    print(f"# {name} {kind}: gaca again (every batch shape seen before) {time.perf_counter() - t0:.2f} s",
-                          flush=True)
-            kernels.__exit__(None, None, None)
+                    base_wall = time.perf_counter() - t0
+                    base_peak = peak_above(device, resident)
+                    resident = reset_peak(device)
+                    t0 = time.perf_counter()
+                    run = gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.out.parquet", args.max_batch_tokens, args.dtype)
+                    sync(device)
+                    wall = time.perf_counter() - t0
+                    got = run.table.column("nll_sum").to_numpy()
+                    s = run.summary
+                    # the task's floor: every unique token through the body, action tokens through the head
+                    floor = 2 * (body_params * s["tokens"] + head_params * s["action_tokens"]) / flops
+                    gaca_logits = min(HEAD_CHUNK_BYTES, s["action_tokens"] * VOCAB * 4)
+                    peak = peak_above(device, resident)
+                    results.append(dict(model=name, params=body_params + head_params, log=kind, base_wall=base_wall, base_tokens=base_tokens,
+                                        wall=wall, tokens=s["tokens"], work=work, floor=floor,
+                                        packed=f"{s['packed_trajectories']}/{s['trajectories']}",
+                                        base_logits=base_logits, gaca_logits=gaca_logits, peak=peak, base_peak=base_peak,
+                                        diff=float(np.max(np.abs(got - ref)))))
+                    r = results[-1]
+                    print(f"# {name} {kind}: baseline {base_wall:.1f} s, gaca {wall:.1f} s "
+                          f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}, fast head {s['fast_head']}", flush=True)
+                    if args.again:
+                        t0 = time.perf_counter()
+                        gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.again.parquet", args.max_batch_tokens, args.dtype)
+                        sync(device)
+                        print(f"# {name} {kind}: gaca again (every batch shape seen before) {time.perf_counter() - t0:.2f} s",
+                              flush=True)
             del model, tok, loaded
             gc.collect()
             if device.type == "cuda":
