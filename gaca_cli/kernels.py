@@ -190,22 +190,33 @@ def normalize_in_groups(
         sub_codes[j] = shared[codes[rows[j]]]
     sub, sub_count = group_order(sub_codes, values[rows], n_shared)
     order = rows[sub]
-    dev, m2, scale, lo, hi = shifted_moments(values[order], sub_count)
+    n_constant = scatter_normalized(out, order, values[order], sub_count, normalize_by_std, eps)
+    return out, n_singleton, n_constant
+
+
+@jit
+def scatter_normalized(out: np.ndarray, targets: np.ndarray, sorted_values: np.ndarray, count: np.ndarray,
+                       normalize_by_std: bool, eps: float) -> int:
+    """Normalise groups laid out one after another (`count` values each, ascending within a
+    group, from `group_order`) and write position i's result to out[targets[i]]: (x − mean) /
+    (std + eps) with ddof = 1, or x − mean, from `shifted_moments`; a constant group is left as
+    `out` holds it. Returns the number of constant groups."""
+    dev, m2, scale, lo, hi = shifted_moments(sorted_values, count)
     n_constant = 0
     a = 0
-    for c in range(n_shared):
-        b = a + sub_count[c]
+    for c in range(len(count)):
+        b = a + count[c]
         if hi[c] == lo[c]:
             n_constant += 1
         elif normalize_by_std:
-            denom = scale[c] * np.sqrt(m2[c] / (sub_count[c] - 1)) + eps
+            denom = scale[c] * np.sqrt(m2[c] / (count[c] - 1)) + eps
             for i in range(a, b):
-                out[order[i]] = dev[i] / denom
+                out[targets[i]] = dev[i] / denom
         else:
             for i in range(a, b):
-                out[order[i]] = dev[i]
+                out[targets[i]] = dev[i]
         a = b
-    return out, n_singleton, n_constant
+    return n_constant
 
 
 @jit
@@ -312,20 +323,8 @@ def normalize_step_groups(
                     m += 1
         if m:
             sub, sub_count = group_order(member_code[:m], member_value[:m], n_shared)
-            dev, m2, scale, lo_v, hi_v = shifted_moments(member_value[:m][sub], sub_count)
-            a = 0
-            for c in range(n_shared):
-                b = a + sub_count[c]
-                if hi_v[c] == lo_v[c]:
-                    n_constant += 1
-                elif normalize_by_std:
-                    denom = scale[c] * np.sqrt(m2[c] / (sub_count[c] - 1)) + eps
-                    for x in range(a, b):
-                        out[member_row[sub[x]]] = dev[x] / denom
-                else:
-                    for x in range(a, b):
-                        out[member_row[sub[x]]] = dev[x]
-                a = b
+            n_constant += scatter_normalized(out, member_row[:m][sub], member_value[:m][sub], sub_count,
+                                             normalize_by_std, eps)
         for c in range(hi - lo + 1):
             count[c] = 0
         i = j
