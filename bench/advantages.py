@@ -84,8 +84,8 @@ def input_nbytes(log_path: str) -> int:
 
 def child_fast(log_path: str, out_path: str, method: str) -> dict:
     """The path `gaca advantages` takes (cli/cmd_advantages.py), phase by phase."""
-    from gaca_cli.advantages import compute_advantages, gc_paused, read_for_advantages, write_annotated
-    from gaca_cli.estimators import AdvantagesConfig
+    from gaca_cli.advantages.run import compute_advantages, gc_paused, read_for_advantages, write_annotated
+    from gaca_cli.advantages.estimators import AdvantagesConfig
 
     rss0 = _rss_now_bytes()
     config = AdvantagesConfig(method=method)
@@ -249,9 +249,9 @@ def agreement(rows: int, data_dir: Path) -> list[tuple[str, str, float, bool]]:
     import pyarrow.parquet as pq
 
     import baseline_advantages
-    from gaca_cli.advantages import compute_advantages
-    from gaca_cli.estimators import AdvantagesConfig
-    from gaca_cli.io import read_log
+    from gaca_cli.advantages.run import compute_advantages
+    from gaca_cli.advantages.estimators import AdvantagesConfig
+    from gaca_cli.log.io import read_log
 
     path = synth.ensure_log(rows, data_dir=data_dir)
     table = pq.read_table(path)
@@ -286,8 +286,8 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
     import io
     import pstats
 
-    from gaca_cli.advantages import compute_advantages, gc_paused, read_for_advantages, write_annotated
-    from gaca_cli.estimators import AdvantagesConfig
+    from gaca_cli.advantages.run import compute_advantages, gc_paused, read_for_advantages, write_annotated
+    from gaca_cli.advantages.estimators import AdvantagesConfig
 
     with tempfile.TemporaryDirectory(dir=log_path.parent, prefix="prof-") as tmp:
         for method in methods:

@@ -1,6 +1,6 @@
 """Benchmark: how well GRPO, GiGPO and GACA advantages match the true advantage Q − V.
 
-The environment is `gaca_cli.quality`'s forked corridors: long corridors of routine cells where
+The environment is `gaca_cli.demo.quality`'s forked corridors: long corridors of routine cells where
 the behaviour policy goes forward with probability 0.97 (rare, cheap slips: wait / back), and
 a few forks where it is near 50/50 and the wrong branch leads to a dead end. The behaviour
 policy's exact Q and V come from a linear solve, so every logged step carries its true
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gaca_cli.quality import (  # noqa: E402
+from gaca_cli.demo.quality import (  # noqa: E402
     CorridorConfig,
     QualityConfig,
     describe_environment,

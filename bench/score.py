@@ -119,7 +119,7 @@ def build_llama(directory: Path, name: str, device: str = "cpu") -> Path:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from tests.tiny_models import build_tokenizer
+    from tests.lm.tiny_models import build_tokenizer
 
     hidden, layers, heads, kv, inter = MODELS[name]
     tok = build_tokenizer()
@@ -206,8 +206,8 @@ def baseline(model, tok, rows: list[dict], device) -> tuple[np.ndarray, int, int
 
 
 def gaca(log_path: Path, model_dir: Path, loaded, out: Path, max_batch_tokens: int, dtype: str = "fp32"):
-    from gaca_cli.io import read_log
-    from gaca_cli.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.scoring import ScoreConfig, run_score
 
     config = ScoreConfig(model=str(model_dir), dtype=dtype, device=str(loaded[2]), max_batch_tokens=max_batch_tokens)
     return run_score(read_log([log_path]), config, out, loaded=loaded)
@@ -243,8 +243,8 @@ def main() -> None:
     import pyarrow.parquet as pq
     import torch
 
-    from gaca_cli.models import load_causal_lm
-    from gaca_cli.scoring import HEAD_CHUNK_BYTES
+    from gaca_cli.lm.models import load_causal_lm
+    from gaca_cli.lm.scoring import HEAD_CHUNK_BYTES
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -9,7 +9,7 @@ tokens), same AdamW, clipping and schedule-free constant lr. Three loops:
 - plain (full logits): what one writes first — padded batch with an attention mask, logits at
   every position, log_softmax over [B, L, V], gather at the action tokens;
 - plain (action logits): the same loop with `logits_to_keep` at the action positions only (a
-  boolean mask, or on older transformers the positions: `gaca_cli.training.kept_logits`), no
+  boolean mask, or on older transformers the positions: `gaca_cli.lm.training.kept_logits`), no
   attention mask (gaca's forward): it isolates gaca's bookkeeping from its forward trick;
 - gaca train-offline (the library call the command makes), timed per optimiser step from its
   metrics.jsonl (`step_s`), and end to end (load, tokenise, train, save).
@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def build_model(directory: Path, hidden: int, layers: int, vocab: int, seed: int = 0, device: str = "cpu") -> int:
-    """A random-weight Llama with a byte-level BPE tokenizer (from tests/tiny_models.py); the
+    """A random-weight Llama with a byte-level BPE tokenizer (from tests/lm/tiny_models.py); the
     model's vocabulary is `vocab` (≥ the tokenizer's) so the output projection costs what a real
     model's does. Saved in float32. The random initialisation runs on `device` (on CUDA it takes
     a moment where a 1B model takes tens of seconds on CPU cores; safetensors copies the weights
@@ -63,7 +63,7 @@ def build_model(directory: Path, hidden: int, layers: int, vocab: int, seed: int
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from tests.tiny_models import build_tokenizer
+    from tests.lm.tiny_models import build_tokenizer
 
     tok = build_tokenizer()
     config = LlamaConfig(hidden_size=hidden, intermediate_size=int(hidden * 8 / 3) // 8 * 8, num_hidden_layers=layers,
@@ -114,7 +114,7 @@ def plain_loop(model_dir: Path, data, config, steps: int, warmup: int, action_lo
     import torch
     from transformers import AutoModelForCausalLM
 
-    from gaca_cli.training import BatchPlan, kept_logits, logits_keep_mode, micro_batches
+    from gaca_cli.lm.training import BatchPlan, kept_logits, logits_keep_mode, micro_batches
 
     device = device if device is not None else torch.device("cpu")
     torch.manual_seed(0)
@@ -177,8 +177,8 @@ def gaca_loop(log_path: Path, model_dir: Path, config, work: Path, steps: int, w
 
     import torch
 
-    from gaca_cli.io import read_log
-    from gaca_cli.training import train
+    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.training import train
 
     device = device if device is not None else torch.device("cpu")
     out = work / "gaca-out"
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from gaca_cli.training import TrainConfig
+    from gaca_cli.lm.training import TrainConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -255,10 +255,10 @@ def main(argv: list[str] | None = None) -> None:
                              batch_size=p["batch_size"], max_batch_tokens=p["max_batch_tokens"], save_every=0,
                              device=device.type, dtype=args.dtype)
         # the data exactly as gaca builds it, for the baselines
-        from gaca_cli.checks import prepare_log
-        from gaca_cli.io import read_log
-        from gaca_cli.models import load_tokenizer
-        from gaca_cli.training import build_train_data
+        from gaca_cli.log.checks import prepare_log
+        from gaca_cli.log.io import read_log
+        from gaca_cli.lm.models import load_tokenizer
+        from gaca_cli.lm.training import build_train_data
 
         log = read_log([log_path])
         index, _ = prepare_log(log, "train-offline")

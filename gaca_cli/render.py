@@ -90,7 +90,7 @@ def demo_report(success: dict[str, list[float]], quality: list[dict], out: str, 
     for method, curve in success.items():
         loop.add_row(method, *(f"{x:.3f}" for x in curve))
     parts.append(loop)
-    from gaca_cli.quality import SCORE_HEADERS
+    from gaca_cli.demo.quality import SCORE_HEADERS
 
     shown = ("spearman_pivotal", "sign_pivotal", "spearman_slips", "sign_slips", "gradient_cosine")
     from rich import box

@@ -12,14 +12,14 @@ EXAMPLE_LOG = ROOT / "examples" / "rollouts.parquet"
 
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory) -> Path:
-    from tests.tiny_models import build_model
+    from tests.lm.tiny_models import build_model
 
     return build_model(tmp_path_factory.mktemp("tiny-llama"), arch="llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_gpt2(tmp_path_factory) -> Path:
-    from tests.tiny_models import build_model
+    from tests.lm.tiny_models import build_model
 
     return build_model(tmp_path_factory.mktemp("tiny-gpt2"), arch="gpt2")
 

@@ -2,11 +2,11 @@
 
     python examples/textworld/bc.py -o /tmp/tw-bc --games 8 --steps 150
 
-The code lives in `gaca_cli/envs/textworld_bc.py` (`gaca demo` uses it too); see its
+The code lives in `gaca_cli/demo/textworld_bc.py` (`gaca demo` uses it too); see its
 docstring for what the warm start does.
 """
 
-from gaca_cli.envs.textworld_bc import main
+from gaca_cli.demo.textworld_bc import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-from gaca_cli.envs import textworld_games as tw  # noqa: E402
+from gaca_cli.demo import textworld_games as tw  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:

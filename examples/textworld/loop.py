@@ -33,7 +33,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-from gaca_cli.envs import textworld_games as tw  # noqa: E402
+from gaca_cli.demo import textworld_games as tw  # noqa: E402
 
 GACA = [sys.executable, "-m", "gaca_cli"]
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if start is None:
         start = out / "start-model"
         if not (start / "config.json").exists():
-            from gaca_cli.envs import textworld_bc as bc
+            from gaca_cli.demo import textworld_bc as bc
 
             say(f"behaviour cloning on {len(games)} walkthroughs ({args.bc_steps} steps)")
             bc.warm_start(start, games, args.bc_steps, lr=args.bc_lr, max_steps=args.max_steps)

@@ -18,7 +18,7 @@ from gaca_cli.cli.common import (
     print_json,
     user_errors,
 )
-from gaca_cli.estimators import (
+from gaca_cli.advantages.estimators import (
     EPISODE_STATS,
     ESTIMATORS,
     NLL_REDUCES,
@@ -84,7 +84,7 @@ def advantages(
         lambda_max=lambda_max,
     )
     out = output_path(logs, output, method)
-    from gaca_cli.advantages import compute_advantages, gc_paused, read_for_advantages, write_annotated
+    from gaca_cli.advantages.run import compute_advantages, gc_paused, read_for_advantages, write_annotated
     from gaca_cli.render import advantages_summary
 
     mapping = column_map(column_maps)

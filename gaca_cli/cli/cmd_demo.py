@@ -33,7 +33,7 @@ def demo(
 
     Example: gaca demo --out runs/demo
     """
-    from gaca_cli.demo import DemoConfig, run_demo
+    from gaca_cli.demo.run import DemoConfig, run_demo
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     workdir = out if out is not None else Path(tempfile.mkdtemp(prefix="gaca-demo-"))
@@ -67,8 +67,8 @@ def demo(
         print_json({"out": str(workdir), "success": result.success, "annotated": str(result.annotated),
                     "quality": result.quality, "seconds": result.seconds})
         return
-    from gaca_cli.inspect_view import render, stdout_console
-    from gaca_cli.inspection import InspectConfig, build_view, load_annotated
+    from gaca_cli.inspect.view import render, stdout_console
+    from gaca_cli.inspect.data import InspectConfig, build_view, load_annotated
     from gaca_cli.render import demo_report
 
     screen = stdout_console()

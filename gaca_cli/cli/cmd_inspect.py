@@ -45,7 +45,7 @@ def inspect_command(
 
     Example: gaca inspect annotated.parquet --traj task-03/r5 --compare grpo,gigpo,gaca
     """
-    from gaca_cli.inspection import InspectConfig, build_view, load_annotated, plot_data
+    from gaca_cli.inspect.data import InspectConfig, build_view, load_annotated, plot_data
 
     methods = tuple(m.strip() for m in compare.split(",") if m.strip()) if compare is not None else ()
     config = build_config(InspectConfig, traj=traj, group=group, top=top, by=by, lowest=lowest, compare=methods)
@@ -54,13 +54,13 @@ def inspect_command(
         annotated = load_annotated([str(p) for p in logs], mapping)
         view = build_view(annotated, config)
         if plot is not None:
-            from gaca_cli.plotting import save_figure
+            from gaca_cli.inspect.plot import save_figure
 
             save_figure(plot_data(annotated, config), plot)
     if as_json:
         print_json(view)
     else:
-        from gaca_cli.inspect_view import print_paged, render, stdout_console
+        from gaca_cli.inspect.view import print_paged, render, stdout_console
 
         print_paged(stdout_console(), render(view, wide=wide), use_pager=pager)
     if plot is not None:

@@ -18,7 +18,7 @@ from gaca_cli.cli.common import (
     print_json,
     user_errors,
 )
-from gaca_cli.scoring import CONTEXT_SOURCES, ScoreConfig
+from gaca_cli.lm.scoring import CONTEXT_SOURCES, ScoreConfig
 
 _D = ScoreConfig(model="-")
 
@@ -59,8 +59,8 @@ def score(
         max_batch_tokens=max_batch_tokens, chunk_rows=chunk_rows, resume=resume,
     )
     out = output_path(logs, output, "scored")
-    from gaca_cli.io import read_log
-    from gaca_cli.scoring import distributed_from_env, run_score
+    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.scoring import distributed_from_env, run_score
 
     console = err_console()
     with user_errors(), distributed_from_env() as (rank, world, barrier):

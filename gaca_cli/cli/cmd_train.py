@@ -10,8 +10,8 @@ import typer
 
 from gaca_cli.cli.app import app
 from gaca_cli.cli.common import JsonOption, MapOption, build_config, column_map, err_console, print_json, user_errors
-from gaca_cli.scoring import CONTEXT_SOURCES
-from gaca_cli.train_config import AGGREGATIONS, BEHAVIOR_SOURCES, LOSSES, TrainConfig
+from gaca_cli.lm.scoring import CONTEXT_SOURCES
+from gaca_cli.lm.train_config import AGGREGATIONS, BEHAVIOR_SOURCES, LOSSES, TrainConfig
 
 _D = TrainConfig(model="-")
 
@@ -83,8 +83,8 @@ def train_offline(
         merge=merge, dtype=dtype, device=device, gradient_checkpointing=gradient_checkpointing,
         save_every=save_every, keep_checkpoints=keep_checkpoints,
     )
-    from gaca_cli.io import read_log, same_or_inside
-    from gaca_cli.training import check_out_dir, train
+    from gaca_cli.log.io import read_log, same_or_inside
+    from gaca_cli.lm.training import check_out_dir, train
 
     try:
         check_out_dir(output, resume)

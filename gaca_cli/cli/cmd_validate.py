@@ -28,10 +28,10 @@ def validate(
 
     Example: gaca validate logs/ --map group_id=uid --for advantages:gaca
     """
-    from gaca_cli.checks import inspect_log
-    from gaca_cli.io import read_log
+    from gaca_cli.log.checks import inspect_log
+    from gaca_cli.log.io import read_log
     from gaca_cli.render import validation_report
-    from gaca_cli.schema import COMMAND_NEEDS
+    from gaca_cli.log.schema import COMMAND_NEEDS
 
     if command not in COMMAND_NEEDS:
         raise typer.BadParameter(f"unknown command {command!r}; use one of {', '.join(COMMAND_NEEDS)}", param_hint="--for")

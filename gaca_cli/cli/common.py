@@ -52,7 +52,7 @@ def build_config(cls: type, **kwargs: Any) -> Any:
 
 
 def column_map(items: Sequence[str]) -> dict[str, str]:
-    from gaca_cli.io import parse_column_map
+    from gaca_cli.log.io import parse_column_map
 
     try:
         return parse_column_map(items)
@@ -63,7 +63,7 @@ def column_map(items: Sequence[str]) -> dict[str, str]:
 def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Path:
     """-o if given, else `<stem>.<suffix>.parquet` beside a single input file. Refuses to
     overwrite an input or to write inside an input directory."""
-    from gaca_cli.io import same_or_inside
+    from gaca_cli.log.io import same_or_inside
 
     if output is None:
         if len(inputs) != 1 or Path(inputs[0]).is_dir() or any(c in str(inputs[0]) for c in "*?["):

@@ -1,0 +1,1 @@
+"""The maths: estimator config, GRPO / GiGPO / GACA, step groups, the run summary."""

@@ -1,0 +1,139 @@
+"""Step groups (Eqs. 4, 6): the rows of one episode group that share an anchor state, by exact
+equality or, with --anchor-similarity, by greedy clustering of similar anchor texts.
+
+Codes are dense and numbered by first appearance in canonical (group_id, traj_id, step_idx)
+order, so the step_group_id written out never depends on the order of rows.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from gaca_cli.log.anchors import Anchors
+from gaca_cli.log.grouping import Trajectories
+
+
+def step_group_codes(trajs: Trajectories, anchors: Anchors) -> np.ndarray:
+    """Step-group codes of every row: same episode group and same anchor ⇔ same code; dense,
+    and numbered by first appearance in canonical (group_id, traj_id, step_idx) order, so they
+    are the step_group_id written out and do not depend on the order of rows.
+
+    Method (kernels.step_groups_by_hash): take the episode groups one at a time (`group_walk`)
+    and look each anchor's hash up in a small table of the group's hashes; then compare every
+    row of a multi-row code with the code's first row, exactly. Codes that mix anchors (a hash
+    collision) are split exactly; the result never depends on the hash.
+    """
+    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
+
+    if len(trajs.traj_start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    walk, group_rank = trajs.walk
+    codes, rows, reps = kernels.step_groups_by_hash(
+        anchors.file_hashes(), trajs.order_or_empty, trajs.traj_start, trajs.traj_len, trajs.traj_group,
+        trajs.row_traj, walk, group_rank,
+    )
+    if len(rows):
+        same = anchors.equal_rows(rows, reps)
+        if not same.all():
+            codes = _split_collisions(codes, trajs, anchors, np.unique(codes[rows[~same]]))
+    return codes
+
+
+def _split_collisions(codes: np.ndarray, trajs: Trajectories, anchors: Anchors, bad: np.ndarray) -> np.ndarray:
+    """Give every distinct anchor inside the colliding codes (each within one episode group)
+    a code of its own, then renumber all codes canonically."""
+    codes = codes.copy()
+    rows = np.flatnonzero(np.isin(codes, bad))
+    values = anchors.values(rows).to_pylist()
+    fresh = int(codes.max()) + 1
+    seen: dict[tuple[int, object], int] = {}
+    kept: set[int] = set()
+    for row, value in zip(rows.tolist(), values):
+        k = (int(codes[row]), value)
+        if k not in seen:
+            if k[0] not in kept:
+                kept.add(k[0])
+                seen[k] = k[0]
+            else:
+                seen[k] = fresh
+                fresh += 1
+        codes[row] = seen[k]
+    return first_appearance_codes(codes, trajs.canonical_row_position)
+
+
+def first_appearance_codes(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
+    """Renumber non-negative integer codes 0..K-1 in order of first appearance: of the row
+    with the smallest `position` (a permutation of 0..N-1, by default the row's own index)."""
+    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
+
+    codes = np.ascontiguousarray(codes, dtype=np.int64)
+    if len(codes) == 0:
+        return codes
+    if position is None:
+        position = np.arange(len(codes), dtype=np.int64)
+    position = np.ascontiguousarray(position, dtype=np.int64)
+    return kernels.renumber_by_first_position(codes, position, int(codes.max()) + 1)
+
+
+def _exact_fraction(threshold: float) -> Fraction:
+    """θ as the decimal the user wrote (0.8 means 4/5, not the binary double nearest to it)."""
+    return Fraction(repr(float(threshold)))
+
+
+def cluster_anchors(texts: list[str], threshold: float) -> list[int]:
+    """Greedy clustering of the distinct anchor texts of one episode group.
+
+    Texts are visited in sorted order; each joins the first existing cluster whose
+    representative (its first member) has similarity ≥ threshold, else founds a new one.
+    The test is exact, in integers: with d the Indel distance (|a| + |b| − 2·LCS) and
+    n = |a| + |b|, similarity ≥ θ ⇔ (n − d)·q ≥ p·n for θ = p/q.
+    Returns, for each text in `texts` (any order), the index of its cluster in founding order.
+    """
+    from rapidfuzz import process  # imported on use: only --anchor-similarity needs it
+    from rapidfuzz.distance import Indel
+
+    theta = _exact_fraction(threshold)
+    p, q = theta.numerator, theta.denominator
+    order = sorted(range(len(texts)), key=lambda i: texts[i])
+    reps: list[str] = []
+    rep_len = np.zeros(0, dtype=np.int64)
+    cluster = [0] * len(texts)
+    for i in order:
+        text = texts[i]
+        found = -1
+        if reps:
+            dist = process.cdist([text], reps, scorer=Indel.distance, dtype=np.int64)[0]
+            total = rep_len + len(text)
+            hits = np.flatnonzero((total - dist) * q >= p * total)
+            if len(hits):
+                found = int(hits[0])
+        if found < 0:
+            reps.append(text)
+            rep_len = np.append(rep_len, len(text))
+            found = len(reps) - 1
+        cluster[i] = found
+    return cluster
+
+
+def similarity_key_codes(trajs: Trajectories, anchors: Anchors, threshold: float) -> np.ndarray:
+    """Like `step_group_codes`, but anchors of an episode group whose similarity to a
+    cluster's representative is ≥ threshold share that cluster (see `cluster_anchors`); codes
+    per row, numbered by first appearance in canonical order (see `first_appearance_codes`)."""
+    exact = step_group_codes(trajs, anchors)
+    k = int(exact.max()) + 1
+    rep_row = np.empty(k, dtype=np.int64)
+    rep_row[exact] = np.arange(len(exact), dtype=np.int64)
+    key_group = trajs.traj_group[trajs.row_traj[rep_row]]
+    key_text = [str(t) for t in anchors.values(rep_row).to_pylist()]
+    merged = np.empty(k, dtype=np.int64)
+    order = np.argsort(key_group, kind="stable")
+    bounds = np.flatnonzero(np.diff(key_group[order])) + 1
+    next_code = 0
+    for members in np.split(order, bounds):
+        clusters = cluster_anchors([key_text[m] for m in members], threshold)
+        merged[members] = next_code + np.asarray(clusters, dtype=np.int64)
+        next_code += max(clusters) + 1
+    return first_appearance_codes(merged[exact], trajs.canonical_row_position)
+

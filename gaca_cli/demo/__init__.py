@@ -1,0 +1,1 @@
+"""Demos: TextWorld games and policies, the tabular ground-truth environment, `gaca demo`."""

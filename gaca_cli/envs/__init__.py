@@ -1,1 +1,0 @@
-"""Environments that produce logs for the demo and the examples (TextWorld, optional extra)."""

@@ -1,0 +1,1 @@
+"""`gaca inspect`: what the inspector computes (data), draws (view) and plots (plot)."""

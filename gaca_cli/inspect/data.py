@@ -1,0 +1,805 @@
+"""`gaca inspect` as a library: load an annotated log and compute what the inspector shows.
+
+Every view is a JSON-ready dict (Python floats, ints, strings, bools and None; never NaN):
+the terminal view (`inspect_view.py`) renders it and `--json` prints it unchanged, so the two
+always hold the same fields. Arrays are kept in the canonical (traj_id, step_idx) order of
+`checks.StepIndex`; text columns are only read for the rows a view shows.
+
+Conventions used by every view:
+- a step is *critical* when its criticality z_t ≥ CRITICAL_Z (its NLL is at least one
+  standard deviation above its scope's mean), z_t being the file's `nll_z` (gaca) or, for
+  other methods, the NLL standardised within the trajectory exactly as gaca would;
+- ranks are taken over every step of the log, 1 = the largest advantage, ties share their
+  average rank (so a GRPO trajectory, whose steps are all equal, is not ordered arbitrarily).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gaca_cli.log import columns as C
+from gaca_cli.log.checks import StepIndex, prepare_log
+from gaca_cli.log.anchors import anchor_column
+from gaca_cli.errors import GacaError
+from gaca_cli.advantages.estimators import METHODS, AdvantagesConfig, standardize_in_scopes
+from gaca_cli.log.grouping import dense_rank, plain
+from gaca_cli.log.io import Log, read_log
+
+BY_KEYS = ("nll", "weight", "advantage", "abs-advantage")
+CRITICAL_Z = 1.0  # z_t at or above this marks a critical step
+N_BINS = 24  # bins of every histogram
+DEFAULT_TOP = 10  # rows of --top / rank movers of --compare when no K is given
+SELECTION_MOVERS = 3  # movers marked in a --compare table of one trajectory or group
+SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
+
+#: the columns inspect reads (everything else, prompts and chats included, stays on disk)
+READ_COLUMNS = (
+    *C.REQUIRED,
+    C.ACTION,
+    C.ANCHOR_KEY,
+    C.ANCHOR_OBS,
+    C.EPISODE_REWARD,
+    C.SUCCESS,
+    C.BEHAVIOR_LOGPROBS,
+    C.NLL_SUM,
+    C.NLL_MEAN,
+    *C.ADVANTAGES_OUTPUTS,
+)
+
+#: numeric output columns of `gaca advantages`, in the order a step record lists them
+_NUMERIC_OUTPUTS = (
+    C.RETURN_TO_GO,
+    C.ADV_EPISODE,
+    C.ADV_STEP,
+    C.STEP_GROUP_ID,
+    C.STEP_GROUP_SIZE,
+    C.NLL_Z,
+    C.GACA_WEIGHT,
+    C.ADVANTAGE,
+)
+
+
+@dataclass(frozen=True)
+class InspectConfig:
+    """Every option of `gaca inspect` that chooses what is computed (not how it is drawn).
+
+    traj / group: show one trajectory / one episode group (ids compared as text).
+    top: the K most extreme steps; by: their key (default abs-advantage); lowest: the K
+    smallest instead of the largest. compare: recompute these methods (two or more) with the
+    file's parameters and show how they differ; `top` is then the number of rank movers.
+    """
+
+    traj: str | None = None
+    group: str | None = None
+    top: int | None = None
+    by: str | None = None
+    lowest: bool = False
+    compare: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.traj is not None and self.group is not None:
+            raise ValueError(
+                f"traj = {self.traj!r} and group = {self.group!r} are both set; use one of --traj or --group"
+            )
+        if self.top is not None and self.top < 1:
+            raise ValueError(f"top = {self.top!r} is not valid; use a number of steps ≥ 1, e.g. --top 10")
+        if self.by is not None and self.by not in BY_KEYS:
+            raise ValueError(f"by = {self.by!r} is not valid; use {' | '.join(BY_KEYS)}")
+        if self.compare:
+            bad = [m for m in self.compare if m not in METHODS]
+            if bad:
+                raise ValueError(
+                    f"compare = {','.join(self.compare)!r} names unknown method {bad[0]!r}; use {','.join(METHODS)}"
+                )
+            if len(set(self.compare)) != len(self.compare) or len(self.compare) < 2:
+                raise ValueError(
+                    f"compare = {','.join(self.compare)!r} is not valid; name two or more different methods, "
+                    f"e.g. --compare {','.join(METHODS)}"
+                )
+            if self.by is not None or self.lowest:
+                raise ValueError(
+                    "by/lowest have no effect with compare (it ranks steps by advantage); drop --by / --lowest"
+                )
+
+    @property
+    def view(self) -> str:
+        """overview | steps | top | compare."""
+        if self.compare:
+            return "compare"
+        if self.top is not None or self.by is not None or self.lowest:
+            return "top"
+        if self.traj is not None or self.group is not None:
+            return "steps"
+        return "overview"
+
+    @property
+    def k(self) -> int:
+        return DEFAULT_TOP if self.top is None else self.top
+
+
+@dataclass(frozen=True)
+class AnnotatedLog:
+    """A log annotated by `gaca advantages`, with per-step arrays in canonical order.
+
+    values: float64 [N] arrays for `reward`, `nll` (criticality u_t, NaN = no action tokens),
+    `nll_z`, and each numeric output column of `gaca advantages` the file holds.
+    traj_return: float64 [T] R(τ); traj_success: float64 [T] 1/0, NaN where unknown.
+    """
+
+    log: Log
+    index: StepIndex
+    traj_ids: tuple[str, ...]
+    group_ids: tuple[str, ...]
+    method: str | None
+    params: dict | None
+    written_by: str | None
+    nll_source: str | None
+    nll_unit: str | None
+    z_from_file: bool
+    values: dict[str, np.ndarray]
+    traj_return: np.ndarray
+    traj_success: np.ndarray | None
+
+    @property
+    def lambda_bar(self) -> float | None:
+        if self.params is None or C.GACA_WEIGHT not in self.values:
+            return None
+        omega = float(self.params.get("step_weight", 1.0))
+        return omega / (1.0 + omega)
+
+    @property
+    def critical(self) -> np.ndarray:
+        """bool [N]: z_t ≥ CRITICAL_Z."""
+        z = self.values.get(C.NLL_Z)
+        return np.zeros(self.index.n_rows, dtype=bool) if z is None else z >= CRITICAL_Z
+
+    def header(self) -> dict:
+        """The fields every view starts with."""
+        return {
+            "source": self.log.source,
+            "method": self.method,
+            "params": self.params,
+            "written_by": self.written_by,
+            "criticality_column": self.nll_source,
+            "nll_unit": self.nll_unit,
+        }
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _float_sorted(log: Log, index: StepIndex, name: str) -> np.ndarray:
+    arr = index.sorted_column(log.table, name).cast(pa.float64())
+    return arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+def _advantages_metadata(log: Log) -> dict | None:
+    raw = log.metadata.get(C.META_ADVANTAGES)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _method_from_column(log: Log) -> str | None:
+    if C.ADV_METHOD not in log.table.column_names:
+        return None
+    names = pc.unique(plain(log.table.column(C.ADV_METHOD)).drop_null()).to_pylist()
+    return ",".join(sorted(str(n) for n in names)) or None
+
+
+def _criticality(log: Log, index: StepIndex, nll_reduce: str) -> tuple[np.ndarray | None, str | None, str | None]:
+    """u_t as gaca reads it (the file's nll_reduce), its source column and its unit."""
+    names = set(log.table.column_names)
+    preferred = C.NLL_MEAN if nll_reduce == "mean" else C.NLL_SUM
+    for name in (preferred, C.NLL_MEAN, C.NLL_SUM):
+        if name in names:
+            return _float_sorted(log, index, name), name, "nats/token" if name == C.NLL_MEAN else "nats"
+    if C.BEHAVIOR_LOGPROBS in names:
+        from gaca_cli.advantages.run import criticality
+
+        u, source = criticality(log, AdvantagesConfig(nll_reduce=nll_reduce))  # file order
+        return u[index.order], source, "nats/token" if nll_reduce == "mean" else "nats"
+    return None, None, None
+
+
+def _traj_success(log: Log, index: StepIndex) -> np.ndarray | None:
+    """1.0 where any step of the trajectory says success, 0.0 where all known steps say
+    failure, NaN where the column is null throughout (or not boolean / numeric)."""
+    if C.SUCCESS not in log.table.column_names:
+        return None
+    col = index.sorted_column(log.table, C.SUCCESS)
+    if not (pa.types.is_boolean(col.type) or pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        return None
+    v = col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    known = ~np.isnan(v)
+    n_known = np.bincount(index.traj, known.astype(np.float64), minlength=index.n_traj)
+    n_true = np.bincount(index.traj, (known & (np.nan_to_num(v) > 0)).astype(np.float64), minlength=index.n_traj)
+    return np.where(n_known > 0, (n_true > 0).astype(np.float64), np.nan)
+
+
+def annotate(log: Log) -> AnnotatedLog:
+    """Check `log` as every command does (it must hold an `advantage` column) and gather
+    the arrays the views need."""
+    index, _ = prepare_log(log, "inspect")
+    table = log.table
+    _, traj_values = dense_rank(table.column(C.TRAJ_ID))
+    _, group_values = dense_rank(table.column(C.GROUP_ID))
+    meta = _advantages_metadata(log)
+    method = meta.get("method") if meta else None
+    method = method or _method_from_column(log)
+    params = meta.get("params") if meta and isinstance(meta.get("params"), dict) else None
+    written_by = f"{meta.get('tool', 'gaca')} {meta.get('version', '')}".strip() if meta else None
+
+    values: dict[str, np.ndarray] = {C.REWARD: _float_sorted(log, index, C.REWARD)}
+    for name in _NUMERIC_OUTPUTS:
+        if name in table.column_names:
+            values[name] = _float_sorted(log, index, name)
+    nll_reduce = str((params or {}).get("nll_reduce", "mean"))
+    nll, nll_source, nll_unit = _criticality(log, index, nll_reduce if nll_reduce in ("mean", "sum") else "mean")
+    z_from_file = C.NLL_Z in values
+    if nll is not None:
+        values["nll"] = nll
+        if not z_from_file:
+            values[C.NLL_Z] = standardize_in_scopes(nll, index.traj, index.n_traj)[0]
+    if C.EPISODE_REWARD in table.column_names:
+        traj_return = _float_sorted(log, index, C.EPISODE_REWARD)[index.traj_start]
+    else:
+        traj_return = np.bincount(index.traj, values[C.REWARD], minlength=index.n_traj)
+    return AnnotatedLog(
+        log=log,
+        index=index,
+        traj_ids=tuple(str(v) for v in traj_values.to_pylist()),
+        group_ids=tuple(str(v) for v in group_values.to_pylist()),
+        method=method,
+        params=params,
+        written_by=written_by,
+        nll_source=nll_source,
+        nll_unit=nll_unit,
+        z_from_file=z_from_file,
+        values=values,
+        traj_return=traj_return,
+        traj_success=_traj_success(log, index),
+    )
+
+
+def load_annotated(paths: Sequence[str], column_map: Mapping[str, str] | None = None) -> AnnotatedLog:
+    """Read an annotated log (only the columns inspect uses) and check it."""
+    return annotate(read_log(paths, column_map, columns=READ_COLUMNS))
+
+
+# --------------------------------------------------------------------------- ids
+
+
+def closest_ids(query: str, choices: Sequence[str], limit: int = 5) -> list[str]:
+    """The ids most similar to `query` (normalised Levenshtein on lower-cased text)."""
+    from rapidfuzz import process, utils
+    from rapidfuzz.distance import Levenshtein
+
+    found = process.extract(
+        query, choices, scorer=Levenshtein.normalized_similarity, processor=utils.default_process, limit=limit
+    )
+    return [choice for choice, _, _ in found]
+
+
+def _unknown_id(a: AnnotatedLog, kind: str, query: str) -> GacaError:
+    column, choices, other, other_flag, other_col = (
+        (C.TRAJ_ID, a.traj_ids, a.group_ids, "--group", C.GROUP_ID)
+        if kind == "traj"
+        else (C.GROUP_ID, a.group_ids, a.traj_ids, "--traj", C.TRAJ_ID)
+    )
+    close = closest_ids(query, choices)
+    rule = f"no step has {column} {query!r}; closest: {', '.join(repr(c) for c in close)}"
+    if query in set(other):
+        rule += f" ({query!r} is a {other_col}: use {other_flag})"
+    return GacaError(rule, file=a.log.source, column=a.log.original_name(column))
+
+
+def find_traj(a: AnnotatedLog, traj_id: str) -> int:
+    """The trajectory code of `traj_id` (compared as text), or an error naming the closest ids."""
+    code = _lookup(a.traj_ids, str(traj_id))
+    if code is None:
+        raise _unknown_id(a, "traj", str(traj_id))
+    return code
+
+
+def find_group(a: AnnotatedLog, group_id: str) -> int:
+    code = _lookup(a.group_ids, str(group_id))
+    if code is None:
+        raise _unknown_id(a, "group", str(group_id))
+    return code
+
+
+def _lookup(ids: tuple[str, ...], query: str) -> int | None:
+    try:
+        return ids.index(query)
+    except ValueError:
+        return None
+
+
+def _traj_positions(a: AnnotatedLog, t: int) -> np.ndarray:
+    start = int(a.index.traj_start[t])
+    return np.arange(start, start + int(a.index.traj_len[t]), dtype=np.int64)
+
+
+def _group_trajs(a: AnnotatedLog, g: int) -> np.ndarray:
+    return np.flatnonzero(a.index.traj_group == g)
+
+
+def select(a: AnnotatedLog, traj: str | None = None, group: str | None = None) -> np.ndarray | None:
+    """Positions (canonical order) of one trajectory or one episode group; None = all."""
+    if traj is not None:
+        return _traj_positions(a, find_traj(a, traj))
+    if group is not None:
+        trajs = _group_trajs(a, find_group(a, group))
+        return np.concatenate([_traj_positions(a, int(t)) for t in trajs])
+    return None
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def _int_or_none(x) -> int | None:
+    x = float(x)
+    return int(x) if np.isfinite(x) else None
+
+
+def _texts(a: AnnotatedLog, name: str | None, positions: np.ndarray) -> list[str | None]:
+    if name is None or name not in a.log.table.column_names:
+        return [None] * len(positions)
+    rows = pa.array(a.index.order[positions])
+    values = plain(a.log.table.column(name)).take(rows).to_pylist()
+    return [None if v is None else str(v) for v in values]
+
+
+def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
+    """One JSON-ready dict per step (in the order of `positions`), with every field a view
+    can show. A field the file does not have is None."""
+    positions = np.asarray(positions, dtype=np.int64)
+    actions = _texts(a, C.ACTION, positions)
+    anchors = _texts(a, anchor_column(a.log.table.column_names), positions)
+    step = a.index.step
+    traj = a.index.traj
+    critical = a.critical
+    v = a.values
+
+    def get(name: str, p: int) -> float | None:
+        arr = v.get(name)
+        return None if arr is None else _num(arr[p])
+
+    out = []
+    for i, p in enumerate(positions.tolist()):
+        t = int(traj[p])
+        size = v.get(C.STEP_GROUP_SIZE)
+        sgid = v.get(C.STEP_GROUP_ID)
+        out.append(
+            {
+                "traj_id": a.traj_ids[t],
+                "group_id": a.group_ids[int(a.index.traj_group[t])],
+                "step": int(step[p]),
+                "action": actions[i],
+                "anchor": anchors[i],
+                "reward": get(C.REWARD, p),
+                "return_to_go": get(C.RETURN_TO_GO, p),
+                "nll": get("nll", p),
+                "nll_z": get(C.NLL_Z, p),
+                "lambda": get(C.GACA_WEIGHT, p),
+                "adv_episode": get(C.ADV_EPISODE, p),
+                "adv_step": get(C.ADV_STEP, p),
+                "advantage": get(C.ADVANTAGE, p),
+                "step_group_id": None if sgid is None else _int_or_none(sgid[p]),
+                "step_group_size": None if size is None else _int_or_none(size[p]),
+                "critical": bool(critical[p]),
+            }
+        )
+    return out
+
+
+def trajectory_record(a: AnnotatedLog, t: int) -> dict:
+    """A trajectory's header fields and its steps."""
+    positions = _traj_positions(a, t)
+    steps = step_records(a, positions)
+    success = None
+    if a.traj_success is not None and np.isfinite(a.traj_success[t]):
+        success = bool(a.traj_success[t] > 0)
+    adv_e = a.values.get(C.ADV_EPISODE)
+    return {
+        "traj_id": a.traj_ids[t],
+        "group_id": a.group_ids[int(a.index.traj_group[t])],
+        "length": len(positions),
+        "return": _num(a.traj_return[t]),
+        "success": success,
+        "adv_episode": None if adv_e is None else _num(adv_e[positions[0]]),
+        "critical_steps": [s["step"] for s in steps if s["critical"]],
+        "steps": steps,
+    }
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def histogram(values: np.ndarray, bins: int = N_BINS) -> dict:
+    """Equal-width bins between the finite minimum and maximum: {lo, hi, counts}."""
+    x = values[np.isfinite(values)]
+    if len(x) == 0:
+        return {"lo": None, "hi": None, "counts": []}
+    lo, hi = float(x.min()), float(x.max())
+    if hi == lo:
+        return {"lo": lo, "hi": hi, "counts": [int(len(x))]}
+    counts, _ = np.histogram(x, bins=bins, range=(lo, hi))
+    return {"lo": lo, "hi": hi, "counts": [int(c) for c in counts]}
+
+
+def distribution(values: np.ndarray) -> dict | None:
+    """Summary statistics (finite values only) and a histogram."""
+    x = values[np.isfinite(values)]
+    if len(x) == 0:
+        return None
+    return {
+        "n": int(len(x)),
+        "min": float(x.min()),
+        "mean": float(x.mean()),
+        "median": float(np.median(x)),
+        "max": float(x.max()),
+        "std": float(x.std()),
+        "histogram": histogram(x),
+    }
+
+
+def _size_buckets(size: np.ndarray) -> dict[str, int]:
+    out = {}
+    for lo, hi, label in SIZE_BUCKETS:
+        mask = size >= lo if hi is None else (size >= lo) & (size <= hi)
+        out[label] = int(np.sum(mask))
+    return out
+
+
+def _min_mean_max(x: np.ndarray) -> dict:
+    return {"min": int(x.min()), "mean": float(x.mean()), "max": int(x.max())}
+
+
+def overview(a: AnnotatedLog) -> dict:
+    """Counts, method, parameters and distributions of the whole log."""
+    idx = a.index
+    v = a.values
+    adv = v[C.ADVANTAGE]
+    n = idx.n_rows
+    out: dict = {"view": "overview", **a.header()}
+    out.update(
+        rows=n,
+        trajectories=idx.n_traj,
+        groups=idx.n_groups,
+        steps_per_trajectory=_min_mean_max(idx.traj_len),
+        trajectories_per_group=_min_mean_max(np.bincount(idx.traj_group, minlength=idx.n_groups)),
+        mean_return=_num(a.traj_return.mean()),
+    )
+    if a.traj_success is not None and np.isfinite(a.traj_success).any():
+        known = np.isfinite(a.traj_success)
+        out["success"] = {
+            "rate": float(a.traj_success[known].mean()),
+            "successes": int(a.traj_success[known].sum()),
+            "known": int(known.sum()),
+        }
+    else:
+        out["success"] = None
+    out["advantage_signs"] = {
+        "positive": float(np.mean(adv > 0)),
+        "negative": float(np.mean(adv < 0)),
+        "zero": float(np.mean(adv == 0)),
+    }
+    out["distributions"] = {
+        name: distribution(v[col])
+        for name, col in (
+            ("advantage", C.ADVANTAGE),
+            ("adv_episode", C.ADV_EPISODE),
+            ("adv_step", C.ADV_STEP),
+            ("lambda", C.GACA_WEIGHT),
+            ("nll", "nll"),
+        )
+        if col in v
+    }
+    lam = v.get(C.GACA_WEIGHT)
+    if lam is not None:
+        lam_bar = a.lambda_bar
+        info: dict = {"bar": lam_bar, "corr_with_nll": None}
+        if lam_bar is not None:
+            info["above_bar"] = float(np.mean(lam > lam_bar + 1e-12))
+            info["below_bar"] = float(np.mean(lam < lam_bar - 1e-12))
+        nll = v.get("nll")
+        if nll is not None:
+            ok = np.isfinite(nll)
+            if ok.sum() >= 2 and np.std(lam[ok]) > 0 and np.std(nll[ok]) > 0:
+                info["corr_with_nll"] = _num(np.corrcoef(lam[ok], nll[ok])[0, 1])
+        out["lambda"] = info
+    else:
+        out["lambda"] = None
+    size = v.get(C.STEP_GROUP_SIZE)
+    out["step_group_sizes"] = None if size is None else _size_buckets(size)
+    out["step_signal_share"] = 0.0 if size is None else float(np.mean(size > 1))
+    critical = a.critical
+    out["critical_steps"] = {
+        "threshold_z": CRITICAL_Z,
+        "z_from": "file" if a.z_from_file else ("trajectory" if "nll" in v else None),
+        "count": int(critical.sum()),
+        "share": float(critical.mean()),
+    }
+    out["example_ids"] = {"traj": a.traj_ids[0], "group": a.group_ids[0]}
+    return out
+
+
+# --------------------------------------------------------------------------- views
+
+
+def _selection(config: InspectConfig) -> dict:
+    return {"traj": config.traj, "group": config.group}
+
+
+def steps_view(a: AnnotatedLog, config: InspectConfig) -> dict:
+    """--traj / --group: every step of one trajectory, or of each trajectory of a group."""
+    if config.traj is not None:
+        trajs = [find_traj(a, config.traj)]
+    else:
+        assert config.group is not None
+        trajs = [int(t) for t in _group_trajs(a, find_group(a, config.group))]
+    out = {"view": "steps", **a.header(), "selection": _selection(config), "lambda_bar": a.lambda_bar}
+    out["critical_threshold_z"] = CRITICAL_Z
+    out["trajectories"] = [trajectory_record(a, t) for t in trajs]
+    return out
+
+
+def _sort_key(a: AnnotatedLog, by: str) -> np.ndarray:
+    v = a.values
+    if by == "nll":
+        if "nll" not in v:
+            raise GacaError(
+                "--by nll needs an NLL column (nll_mean, nll_sum or behavior_logprobs); run `gaca score` first",
+                file=a.log.source,
+                column=C.NLL_MEAN,
+            )
+        return v["nll"]
+    if by == "weight":
+        if C.GACA_WEIGHT not in v:
+            raise GacaError(
+                f"--by weight needs the λ column written by `gaca advantages --method gaca` "
+                f"(this file's method: {a.method or 'unknown'})",
+                file=a.log.source,
+                column=C.GACA_WEIGHT,
+            )
+        return v[C.GACA_WEIGHT]
+    if by == "advantage":
+        return v[C.ADVANTAGE]
+    return np.abs(v[C.ADVANTAGE])
+
+
+def top_view(a: AnnotatedLog, config: InspectConfig) -> dict:
+    """--top K --by KEY: the K steps with the largest (or, with lowest, smallest) key; ties
+    keep canonical order. Steps without a value (no action tokens for nll) are skipped."""
+    by = config.by or "abs-advantage"
+    key = _sort_key(a, by)
+    candidates = select(a, config.traj, config.group)
+    if candidates is None:
+        candidates = np.arange(a.index.n_rows, dtype=np.int64)
+    candidates = candidates[np.isfinite(key[candidates])]
+    k = key[candidates]
+    order = np.lexsort((candidates, k if config.lowest else -k))
+    chosen = candidates[order[: config.k]]
+    rows = step_records(a, chosen)
+    for rank, row in enumerate(rows, start=1):
+        row["rank"] = rank
+        row["key"] = _num(key[chosen[rank - 1]])
+    out = {"view": "top", **a.header(), "selection": _selection(config), "lambda_bar": a.lambda_bar}
+    out.update(by=by, lowest=config.lowest, k=config.k, candidates=int(len(candidates)), rows=rows)
+    out["critical_threshold_z"] = CRITICAL_Z
+    return out
+
+
+def _config_for(a: AnnotatedLog, method: str) -> AdvantagesConfig:
+    known = {f.name for f in fields(AdvantagesConfig)}
+    params = {k: val for k, val in (a.params or {}).items() if k in known}
+    params["method"] = method
+    try:
+        return AdvantagesConfig(**params)
+    except (TypeError, ValueError) as exc:
+        raise GacaError(
+            f"cannot recompute --method {method} with the file's parameters ({exc})",
+            file=a.log.source,
+        ) from None
+
+
+def recompute(a: AnnotatedLog, method: str):
+    """`gaca advantages --method METHOD` on the same log with the parameters the file records
+    (the defaults where it records none): the estimator's arrays, in canonical order."""
+    from gaca_cli.advantages.run import compute_advantages
+
+    return compute_advantages(a.log, _config_for(a, method)).result_at(a.index.order)
+
+
+def method_advantages(a: AnnotatedLog, methods: Sequence[str]) -> dict[str, np.ndarray]:
+    """A_t of each method (canonical order), recomputed from the log (see `recompute`)."""
+    return {m: recompute(a, m).advantage for m in methods}
+
+
+def descending_ranks(x: np.ndarray) -> np.ndarray:
+    """Rank of each value, 1 = largest; tied values share their average rank. float64 [N]."""
+    s = np.sort(x)
+    lo = np.searchsorted(s, x, side="left")
+    hi = np.searchsorted(s, x, side="right")
+    return (len(x) - hi) + (hi - lo + 1) / 2.0
+
+
+def _corr(x: np.ndarray, y: np.ndarray) -> float | None:
+    if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
+        return None
+    return _num(np.corrcoef(x, y)[0, 1])
+
+
+def compare_view(a: AnnotatedLog, config: InspectConfig) -> dict:
+    """--compare: each method's A_t on the same log, how far each moves from the first
+    (the baseline), and the steps whose rank (over the whole log) changes the most."""
+    methods = list(config.compare)
+    adv = method_advantages(a, methods)
+    base = methods[0]
+    ranks = {m: descending_ranks(adv[m]) for m in methods}
+    stacked = np.vstack([ranks[m] for m in methods])
+    shift = stacked.max(axis=0) - stacked.min(axis=0)
+
+    summary = []
+    for m in methods:
+        x = adv[m]
+        row = {
+            "method": m,
+            "mean": float(x.mean()),
+            "std": float(x.std()),
+            "min": float(x.min()),
+            "max": float(x.max()),
+            "positive_share": float(np.mean(x > 0)),
+            "mean_abs": float(np.mean(np.abs(x))),
+        }
+        if m != base:
+            d = x - adv[base]
+            row.update(
+                corr_with_baseline=_corr(x, adv[base]),
+                rank_corr_with_baseline=_corr(ranks[m], ranks[base]),
+                sign_agreement_with_baseline=float(np.mean(np.sign(x) == np.sign(adv[base]))),
+                mean_abs_diff_from_baseline=float(np.mean(np.abs(d))),
+                max_abs_diff_from_baseline=float(np.max(np.abs(d))),
+            )
+        summary.append(row)
+
+    def records(positions: np.ndarray) -> list[dict]:
+        rows = step_records(a, positions)
+        for p, row in zip(positions.tolist(), rows, strict=True):
+            row["advantages"] = {m: float(adv[m][p]) for m in methods}
+            row["diff_from_baseline"] = {m: float(adv[m][p] - adv[base][p]) for m in methods if m != base}
+            row["ranks"] = {m: float(ranks[m][p]) for m in methods}
+            row["rank_shift"] = float(shift[p])
+        return rows
+
+    selection = select(a, config.traj, config.group)
+    pool = np.arange(a.index.n_rows, dtype=np.int64) if selection is None else selection
+    n_movers = config.k if (selection is None or config.top is not None) else SELECTION_MOVERS
+    movers = pool[np.lexsort((pool, -shift[pool]))][:n_movers]
+
+    file_check = None
+    if a.method in methods:
+        diff = float(np.max(np.abs(adv[a.method] - a.values[C.ADVANTAGE])))
+        file_check = {"method": a.method, "max_abs_diff": diff, "matches": diff <= 1e-9}
+
+    params_used = _config_for(a, base).as_metadata()
+    params_used.pop("method")
+    out = {"view": "compare", **a.header(), "selection": _selection(config)}
+    out.update(
+        methods=methods,
+        baseline=base,
+        params_used=params_used,
+        params_recorded=a.params is not None,
+        steps=a.index.n_rows,
+        summary=summary,
+        file_check=file_check,
+        rows=None if selection is None else records(selection),
+        movers=records(movers),
+    )
+    return out
+
+
+def build_view(a: AnnotatedLog, config: InspectConfig) -> dict:
+    """The JSON-ready data of the view `config` asks for."""
+    view = config.view
+    if view == "overview":
+        return overview(a)
+    if view == "steps":
+        return steps_view(a, config)
+    if view == "top":
+        return top_view(a, config)
+    return compare_view(a, config)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass(frozen=True)
+class PlotData:
+    """What `--plot` draws: λ against NLL, advantage histograms per method, and one
+    trajectory's weight profile (float64 arrays, canonical order)."""
+
+    source: str
+    nll: np.ndarray | None
+    nll_unit: str | None
+    weight: np.ndarray | None
+    weight_recomputed: bool  # λ from a gaca recomputation (the file's method is not gaca)
+    lambda_bar: float | None
+    critical: np.ndarray
+    advantages: dict[str, np.ndarray]
+    traj_id: str
+    traj_steps: np.ndarray
+    traj_positions: np.ndarray
+
+
+def _profile_traj(a: AnnotatedLog, config: InspectConfig) -> int:
+    if config.traj is not None:
+        return find_traj(a, config.traj)
+    if config.group is not None:
+        return int(_group_trajs(a, find_group(a, config.group))[0])
+    lam = a.values.get(C.GACA_WEIGHT)
+    if lam is None:
+        return int(np.argmax(a.index.traj_len))
+    spread = np.full(a.index.n_traj, -np.inf)
+    np.maximum.at(spread, a.index.traj, lam)
+    low = np.full(a.index.n_traj, np.inf)
+    np.minimum.at(low, a.index.traj, lam)
+    return int(np.argmax(spread - low))  # the trajectory where λ moves the most
+
+
+def plot_data(a: AnnotatedLog, config: InspectConfig) -> PlotData:
+    """The file's own advantage plus every other method that can be recomputed (the
+    --compare methods when given; then recomputing them must succeed)."""
+    methods = list(config.compare) or list(METHODS)
+    advantages: dict[str, np.ndarray] = {}
+    weight = a.values.get(C.GACA_WEIGHT)
+    lambda_bar = a.lambda_bar
+    weight_recomputed = False
+    for m in methods:
+        if m == a.method:
+            advantages[m] = a.values[C.ADVANTAGE]
+            continue
+        try:
+            result = recompute(a, m)
+        except GacaError:
+            if config.compare:
+                raise
+            continue
+        advantages[m] = result.advantage
+        if weight is None and result.gaca_weight is not None:
+            weight, weight_recomputed = result.gaca_weight, True
+            lambda_bar = _config_for(a, m).lambda_bar
+    if not advantages:
+        advantages[a.method or "file"] = a.values[C.ADVANTAGE]
+    t = _profile_traj(a, config)
+    positions = _traj_positions(a, t)
+    return PlotData(
+        source=a.log.source,
+        nll=a.values.get("nll"),
+        nll_unit=a.nll_unit,
+        weight=weight,
+        weight_recomputed=weight_recomputed,
+        lambda_bar=lambda_bar,
+        critical=a.critical,
+        advantages=advantages,
+        traj_id=a.traj_ids[t],
+        traj_steps=a.index.step[positions],
+        traj_positions=positions,
+    )

@@ -1,0 +1,121 @@
+"""`gaca inspect --plot`: the inspector's figures as one PNG (matplotlib, an optional extra).
+
+matplotlib is imported only here, and this module only by `--plot`; the figure is drawn on
+a `matplotlib.figure.Figure` (no pyplot, no global state, no display needed).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from gaca_cli.errors import GacaError
+from gaca_cli.inspect.data import PlotData
+
+METHOD_COLORS = {"grpo": "#7f7f7f", "gigpo": "#1f77b4", "gaca": "#d62728"}
+ABOVE, BELOW, AT = "#e6a700", "#3b75c4", "#b0b0b0"  # λ above / below / at λ̄ (as in the terminal)
+
+
+def _figure_class():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise GacaError("--plot needs matplotlib; install it with: pip install 'gaca-cli[plot]'") from None
+    return Figure
+
+
+def _note(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666", wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _lambda_vs_nll(ax, data: PlotData) -> None:
+    ax.set_title("λ against NLL (every step" + ("; λ of gaca recomputed)" if data.weight_recomputed else ")"))
+    if data.weight is None or data.nll is None:
+        _note(ax, "λ exists only for --method gaca" if data.nll is not None else "no NLL column: run gaca score")
+        return
+    ok = np.isfinite(data.nll)
+    crit = data.critical & ok
+    ax.scatter(data.nll[ok & ~crit], data.weight[ok & ~crit], s=12, alpha=0.6, color=BELOW, label="steps")
+    if crit.any():
+        ax.scatter(data.nll[crit], data.weight[crit], s=36, marker="*", color=ABOVE, label="critical (z ≥ 1)")
+    if data.lambda_bar is not None:
+        ax.axhline(data.lambda_bar, color="#444444", linestyle="--", linewidth=1, label=f"λ̄ = {data.lambda_bar:.2f}")
+    ax.set_xlabel(f"NLL ({data.nll_unit})")
+    ax.set_ylabel("λ (share of the step-level signal)")
+    ax.legend(loc="best", fontsize=8)
+
+
+def _histograms(ax, data: PlotData) -> None:
+    ax.set_title("advantage per method (every step)")
+    values = np.concatenate(list(data.advantages.values()))
+    lo, hi = float(values.min()), float(values.max())
+    bins = np.linspace(lo, hi, 41) if hi > lo else 10
+    for method, adv in data.advantages.items():
+        ax.hist(adv, bins=bins, histtype="step", linewidth=1.6, color=METHOD_COLORS.get(method), label=method)
+    ax.axvline(0.0, color="#444444", linewidth=0.8)
+    ax.set_xlabel("advantage A")
+    ax.set_ylabel("steps")
+    ax.legend(loc="best", fontsize=8)
+
+
+def _weight_profile(ax, data: PlotData) -> None:
+    ax.set_title(
+        f"trajectory {data.traj_id}: weight profile" + (" (gaca recomputed)" if data.weight_recomputed else "")
+    )
+    steps = data.traj_steps
+    pos = data.traj_positions
+    if data.weight is None:
+        if data.nll is None:
+            _note(ax, "no λ and no NLL in this file")
+            return
+        ax.bar(steps, data.nll[pos], color=BELOW)
+        ax.set_ylabel(f"NLL ({data.nll_unit})")
+    else:
+        lam = data.weight[pos]
+        bar = data.lambda_bar if data.lambda_bar is not None else 0.5
+        colors = [ABOVE if x > bar + 1e-12 else BELOW if x < bar - 1e-12 else AT for x in lam]
+        ax.bar(steps, lam, color=colors)
+        ax.axhline(bar, color="#444444", linestyle="--", linewidth=1)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("λ_t (bars)")
+        if data.nll is not None:
+            twin = ax.twinx()
+            twin.plot(steps, data.nll[pos], color="#333333", marker="o", linewidth=1.2)
+            crit = data.critical[pos]
+            if crit.any():
+                twin.plot(steps[crit], data.nll[pos][crit], linestyle="none", marker="*", markersize=14, color=ABOVE)
+            twin.set_ylim(bottom=0)
+            twin.set_ylabel(f"NLL ({data.nll_unit}, line; ★ critical)")
+    ax.set_xlabel("step")
+    ax.set_xticks(steps)
+
+
+def _trajectory_advantages(ax, data: PlotData) -> None:
+    ax.set_title(f"trajectory {data.traj_id}: advantage per step")
+    pos = data.traj_positions
+    for method, adv in data.advantages.items():
+        ax.plot(data.traj_steps, adv[pos], marker="o", color=METHOD_COLORS.get(method), label=method)
+    ax.axhline(0.0, color="#444444", linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("advantage A_t")
+    ax.set_xticks(data.traj_steps)
+    ax.legend(loc="best", fontsize=8)
+
+
+def save_figure(data: PlotData, path: str | os.PathLike) -> None:
+    """Draw the four panels and write them to `path` (format from its suffix, e.g. .png)."""
+    Figure = _figure_class()
+    fig = Figure(figsize=(12, 8.5), dpi=100, layout="constrained")
+    axes = fig.subplots(2, 2)
+    _lambda_vs_nll(axes[0, 0], data)
+    _histograms(axes[0, 1], data)
+    _weight_profile(axes[1, 0], data)
+    _trajectory_advantages(axes[1, 1], data)
+    fig.suptitle(f"gaca inspect  {data.source}", fontsize=11)
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as exc:
+        raise GacaError(f"cannot write the figure ({exc})", file=str(path)) from None

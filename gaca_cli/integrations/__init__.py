@@ -1,0 +1,1 @@
+"""Adapters for agent-RL frameworks (importers, trainer hooks)."""

@@ -1,0 +1,1 @@
+"""Models: loading, tokenisation, scoring (action NLL), losses, offline training."""

@@ -1,0 +1,793 @@
+"""`gaca score` as a library call: the exact NLL of every logged action under a causal LM.
+
+The maths. A step's context has tokens c_1..c_m and its action a_1..a_n (tokenization.py);
+x = c ++ a. With h_p the model's last hidden state at 0-based position p (it predicts token
+p+1), z_p = W h_p its logits and T the temperature (`--temperature`, default 1):
+
+    log π(a_k | x_<m+k) = z_{m+k-1}[a_k] / T − logsumexp_v( z_{m+k-1}[v] / T )    (float32)
+    nll_sum  = −Σ_k log π(a_k | x_<m+k)          nats, float64 sum of the float32 terms
+    nll_mean = nll_sum / n                       nats per token; null when n = 0 (nll_sum = 0)
+
+How it is made fast (the slow twin, one full-logits forward per step, lives in the tests):
+1. Trajectory packing: when step t's context + action is a prefix of step t+1's context (an
+   append-only history), steps t and t+1 are read from ONE forward over the longer sequence;
+   causal attention makes the logits at a position independent of what follows it. Each
+   trajectory is cut into maximal runs of such steps (one run = a packed trajectory; every
+   step alone when histories are rewritten).
+2. Identical sequences (same tokens, same action spans) are scored once per chunk.
+3. The vocabulary projection runs only at action positions, in float32 chunks of
+   `HEAD_CHUNK_BYTES`: never a [tokens × vocab] tensor for a whole batch. The model's own
+   forward is checked against this path once per run on a probe sequence; a model whose
+   logits are more than W·h (soft-capping, scaling) falls back to its own forward.
+4. Length-sorted batches under a padded-token budget (`--max-batch-tokens`), right-padded
+   with no attention mask (causal attention never looks right, so padding cannot change a
+   real position and SDPA keeps its causal fast path); on out-of-memory a batch is halved,
+   and a packed sequence that alone does not fit is scored step by step.
+
+Scale: results go to chunk files in a work directory beside OUT (`OUT.parts/`); `--resume`
+skips finished chunks; OUT is written atomically once every chunk exists, then the work
+directory is removed. Under torchrun / accelerate each rank scores a share of the
+trajectories (balanced by an estimate of their token count) and rank 0 merges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from gaca_cli import __version__
+from gaca_cli.log import columns as C
+from gaca_cli.errors import GacaError
+
+CONTEXT_SOURCES = ("auto", "tokens", "prompt", "messages")
+HEAD_CHUNK_BYTES = 128 * 2**20  # float32 logits materialised at once by the vocabulary projection
+WORK_DIR_SUFFIX = ".parts"
+_MANIFEST = "manifest.json"
+_CHUNK_META = "gaca.score.chunk"
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Every option of `gaca score`, validated; defaults live here and nowhere else."""
+
+    model: str = ""
+    revision: str | None = None
+    dtype: str = "auto"  # auto | bf16 | fp16 | fp32 (auto: bf16 on CUDA, fp32 elsewhere)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    trust_remote_code: bool = False
+    temperature: float = 1.0
+    token_logprobs: bool = False
+    context: str = "auto"  # auto | tokens | prompt | messages
+    add_special_tokens: bool = False
+    strict_prefix: bool = False
+    pack: bool = True
+    max_batch_tokens: int = 16384
+    chunk_rows: int = 4096
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        from gaca_cli.lm.models import check_device_name, check_dtype_name
+
+        if not self.model:
+            raise ValueError("model must name a local directory or a hub id (--model ./my-model)")
+        check_dtype_name(self.dtype)
+        check_device_name(self.device)
+        if not (np.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}; use 1 for the model as is")
+        if self.context not in CONTEXT_SOURCES:
+            raise ValueError(f"context must be one of {', '.join(CONTEXT_SOURCES)}, got {self.context!r}")
+        if self.max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be ≥ 1, got {self.max_batch_tokens}; e.g. 16384")
+        if self.chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be ≥ 1, got {self.chunk_rows}; e.g. 4096")
+
+    def plan_fingerprint(self) -> dict:
+        """The options that decide the numbers and the chunk layout (checked by --resume)."""
+        keep = ("model", "revision", "dtype", "temperature", "token_logprobs", "context",
+                "add_special_tokens", "strict_prefix", "pack", "chunk_rows")
+        return {k: getattr(self, k) for k in keep}
+
+
+class Progress(Protocol):
+    def start(self, total_rows: int) -> None: ...
+    def advance(self, rows: int, tokens: int) -> None: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Plans: which token sequences to run, and where each step's action sits in them (numpy only)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChunkPlan:
+    """The forwards of one chunk.
+
+    seqs:     unique token sequences (int32 [L] each)
+    spans:    per sequence, int64 [k, 2] action spans [start, end) in it, in step order
+    step_seq: int64 [n_steps]  the sequence holding each step (chunk step order)
+    step_span:int64 [n_steps]  which of that sequence's spans is the step's action
+    """
+
+    seqs: list[np.ndarray]
+    spans: list[np.ndarray]
+    step_seq: np.ndarray
+    step_span: np.ndarray
+    packed_trajectories: int = 0
+    segments: int = 0
+
+
+def build_plan(context: list[np.ndarray], action: list[np.ndarray], traj_lengths: list[int], pack: bool) -> ChunkPlan:
+    """Cut each trajectory (consecutive steps, `traj_lengths` of them each) into runs where
+    step t's context + action is a prefix of step t+1's context; one sequence per run, and
+    identical (sequence, spans) pairs kept once."""
+    seqs: list[np.ndarray] = []
+    spans: list[np.ndarray] = []
+    seen: dict[bytes, int] = {}
+    n = len(context)
+    step_seq = np.empty(n, dtype=np.int64)
+    step_span = np.empty(n, dtype=np.int64)
+    packed = segments = 0
+    start = 0
+    for length in traj_lengths:
+        runs_here = 0
+        a = start
+        while a < start + length:
+            b = a
+            full = np.concatenate([context[b], action[b]])
+            while pack and b + 1 < start + length:
+                nxt = context[b + 1]
+                if len(nxt) >= len(full) and np.array_equal(nxt[: len(full)], full):
+                    b += 1
+                    full = np.concatenate([context[b], action[b]])
+                else:
+                    break
+            run_spans = np.array([[len(context[s]), len(context[s]) + len(action[s])] for s in range(a, b + 1)],
+                                 dtype=np.int64).reshape(-1, 2)
+            key = hashlib.blake2b(full.astype(np.int32).tobytes() + b"|" + run_spans.tobytes(), digest_size=20).digest()
+            idx = seen.get(key)
+            if idx is None:
+                idx = seen[key] = len(seqs)
+                seqs.append(full.astype(np.int32, copy=False))
+                spans.append(run_spans)
+            step_seq[a : b + 1] = idx
+            step_span[a : b + 1] = np.arange(b + 1 - a)
+            runs_here += 1
+            a = b + 1
+        segments += runs_here
+        packed += int(length > 1 and runs_here == 1)
+        start += length
+    return ChunkPlan(seqs, spans, step_seq, step_span, packed_trajectories=packed, segments=segments)
+
+
+def plan_batches(lengths: np.ndarray, max_batch_tokens: int) -> list[np.ndarray]:
+    """Longest first (ties in input order), greedy: a batch holds sequences while
+    n × (its longest length) ≤ max_batch_tokens; a longer sequence goes alone."""
+    order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
+    batches: list[np.ndarray] = []
+    i = 0
+    while i < len(order):
+        longest = max(int(lengths[order[i]]), 1)
+        size = max(1, max_batch_tokens // longest)
+        batches.append(order[i : i + size])
+        i += size
+    return batches
+
+
+def shard_trajectories(costs: np.ndarray, world: int) -> np.ndarray:
+    """Rank of each trajectory: largest first onto the least-loaded rank (ties: lowest rank,
+    then input order). Deterministic, so every rank computes the same assignment."""
+    costs = np.asarray(costs, dtype=np.float64)
+    rank_of = np.zeros(len(costs), dtype=np.int64)
+    if world <= 1:
+        return rank_of
+    load = np.zeros(world, dtype=np.float64)
+    for t in np.argsort(-costs, kind="stable"):
+        r = int(np.argmin(load))
+        rank_of[t] = r
+        load[r] += costs[t]
+    return rank_of
+
+
+def chunk_trajectories(trajs: np.ndarray, traj_len: np.ndarray, chunk_rows: int) -> list[np.ndarray]:
+    """Consecutive trajectories (whole ones) until a chunk holds ≥ chunk_rows steps."""
+    chunks: list[np.ndarray] = []
+    current: list[int] = []
+    rows = 0
+    for t in trajs:
+        current.append(int(t))
+        rows += int(traj_len[t])
+        if rows >= chunk_rows:
+            chunks.append(np.array(current, dtype=np.int64))
+            current, rows = [], 0
+    if current:
+        chunks.append(np.array(current, dtype=np.int64))
+    return chunks
+
+
+# --------------------------------------------------------------------------------------------
+# Forwards (torch)
+# --------------------------------------------------------------------------------------------
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)):  # torch < 2.5: cuda's
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+class Scorer:
+    """Per-token action log-probabilities for batches of sequences, on one model."""
+
+    def __init__(self, model, device, temperature: float = 1.0):
+        import torch
+
+        self.model = model
+        self.device = device
+        self.temperature = float(temperature)
+        self.head = model.get_output_embeddings()
+        self.vocab_size = int(self.head.weight.shape[0])
+        self.input_vocab_size = int(model.get_input_embeddings().num_embeddings)
+        self.pad_id = 0
+        try:
+            decoder = model.get_decoder()
+        except (AttributeError, NotImplementedError):
+            decoder = None
+        self.decoder = decoder if decoder is not None and decoder is not model else None
+        self.head_chunk_rows = max(1, HEAD_CHUNK_BYTES // (4 * self.vocab_size))
+        import inspect
+
+        self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        with torch.inference_mode():
+            self.fast_head = self.decoder is not None and self._probe()
+
+    def _probe(self) -> bool:
+        """Does W·h of the decoder's last hidden state equal the model's own logits?"""
+        import torch
+
+        n = min(16, self.input_vocab_size)
+        ids = (torch.arange(n, device=self.device) * 7919 % self.input_vocab_size).unsqueeze(0)
+        full = self.model(input_ids=ids, use_cache=False).logits.float()
+        try:
+            fast = self.head(self._hidden(ids)).float()
+        except Exception:  # noqa: BLE001 - any decoder that cannot run alone takes the slow path
+            return False
+        scale = max(1.0, float(full.abs().max()))
+        return fast.shape == full.shape and bool(torch.allclose(fast, full, rtol=1e-3, atol=1e-3 * scale))
+
+    def _hidden(self, ids):
+        out = self.decoder(input_ids=ids, use_cache=False)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    def _logprobs_at(self, rows_logits_fn, n: int, targets):
+        """float32 [n] log-probs of `targets`, the logits made `head_chunk_rows` rows at a time."""
+        import torch
+
+        out = torch.empty(n, dtype=torch.float32, device=self.device)
+        for i in range(0, n, self.head_chunk_rows):
+            j = min(n, i + self.head_chunk_rows)
+            logits = rows_logits_fn(i, j).float()
+            if self.temperature != 1.0:
+                logits = logits / self.temperature
+            out[i:j] = logits.gather(1, targets[i:j, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+        return out
+
+    def logprobs(self, seqs: list[np.ndarray], spans: list[np.ndarray]) -> list[np.ndarray]:
+        """For each sequence, float32 log-probs of the tokens in its spans (spans in order)."""
+        import torch
+
+        with torch.inference_mode():
+            if self.fast_head:
+                return self._logprobs_fast(seqs, spans)
+            return [self._logprobs_model(s, sp) for s, sp in zip(seqs, spans)]
+
+    def _positions(self, spans: np.ndarray, row: int, width: int) -> np.ndarray:
+        """Flat indices (row·width + p − 1) of the hidden states predicting each action token."""
+        pos = np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in spans]) if len(spans) else np.zeros(0, np.int64)
+        return row * width + pos - 1, pos
+
+    def _logprobs_fast(self, seqs: list[np.ndarray], spans: list[np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        width = max(len(s) for s in seqs)
+        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
+        flat_parts, target_parts, counts = [], [], []
+        for b, (seq, sp) in enumerate(zip(seqs, spans)):
+            ids[b, : len(seq)] = seq
+            flat, pos = self._positions(sp, b, width)
+            flat_parts.append(flat)
+            target_parts.append(seq[pos].astype(np.int64))
+            counts.append(len(pos))
+        flat = torch.from_numpy(np.concatenate(flat_parts)).to(self.device)
+        targets = torch.from_numpy(np.concatenate(target_parts)).to(self.device)
+        hidden = self._hidden(torch.from_numpy(ids).to(self.device))  # [B, L, d]
+        chosen = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat)  # [n_action_tokens, d]
+        del hidden
+        lp = self._logprobs_at(lambda i, j: self.head(chosen[i:j]), len(flat), targets)
+        return np.split(lp.cpu().numpy(), np.cumsum(counts)[:-1])
+
+    def _logprobs_model(self, seq: np.ndarray, spans: np.ndarray) -> np.ndarray:
+        """The model's own forward (its logit post-processing included), one sequence."""
+        import torch
+
+        _, pos = self._positions(spans, 0, len(seq))
+        if len(pos) == 0:
+            return np.zeros(0, dtype=np.float32)
+        ids = torch.from_numpy(seq.astype(np.int64)).to(self.device).unsqueeze(0)
+        keep = torch.from_numpy(pos - 1).to(self.device)
+        if self._keeps_logits:
+            logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits[0]
+        else:
+            logits = self.model(input_ids=ids, use_cache=False).logits[0].index_select(0, keep)
+        targets = torch.from_numpy(seq[pos].astype(np.int64)).to(self.device)
+        return self._logprobs_at(lambda i, j: logits[i:j], len(pos), targets).cpu().numpy()
+
+    def free(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def score_plan(scorer: Scorer, plan: ChunkPlan, max_batch_tokens: int, stats: dict,
+               on_batch: Callable[[np.ndarray], None] | None = None) -> list[np.ndarray]:
+    """Run every sequence of the plan; per sequence, its spans' log-probs concatenated."""
+    results: list[np.ndarray | None] = [None] * len(plan.seqs)
+    lengths = np.array([len(s) for s in plan.seqs], dtype=np.int64)
+
+    def run(idx: np.ndarray) -> None:
+        failed = False
+        try:
+            lps = scorer.logprobs([plan.seqs[i] for i in idx], [plan.spans[i] for i in idx])
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
+            if not is_out_of_memory(exc):
+                raise
+            failed = True
+        if not failed:
+            for i, lp in zip(idx, lps):
+                results[i] = lp
+            stats["forwards"] += 1
+            stats["padded_tokens"] += int(len(idx) * lengths[idx].max())
+            return
+        scorer.free()
+        stats["oom_backoffs"] += 1
+        if len(idx) > 1:
+            half = len(idx) // 2
+            run(idx[:half])
+            run(idx[half:])
+            return
+        i = int(idx[0])
+        if len(plan.spans[i]) > 1:  # a packed sequence that does not fit: its steps one by one
+            parts = []
+            for s, e in plan.spans[i]:
+                sub = ChunkPlan([plan.seqs[i][:e]], [np.array([[s, e]])], np.zeros(1, np.int64), np.zeros(1, np.int64))
+                parts.extend(score_plan(scorer, sub, max_batch_tokens, stats))
+            results[i] = np.concatenate(parts)
+            return
+        raise GacaError(
+            f"out of memory on {scorer.device} for a single sequence of {lengths[i]:,} tokens; "
+            "try --dtype bf16, another --device, or a smaller model"
+        )
+
+    n_action = np.array([int(np.sum(sp[:, 1] - sp[:, 0])) for sp in plan.spans], dtype=np.int64)
+    for i in np.flatnonzero(n_action == 0):  # nothing to predict: no forward
+        results[i] = np.zeros(0, dtype=np.float32)
+    todo = np.flatnonzero(n_action > 0)
+    for batch in plan_batches(lengths[todo], max_batch_tokens):
+        run(todo[batch])
+        if on_batch is not None:
+            on_batch(todo[batch])
+    return results  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# Shards, chunks and the work directory
+# --------------------------------------------------------------------------------------------
+
+_COUNTERS = ("rows", "trajectories", "packed_trajectories", "segments", "unique_sequences",
+             "duplicate_sequences", "tokens", "padded_tokens", "forwards", "action_tokens",
+             "empty_actions", "prefix_mismatch_rows", "from_token_ids", "from_prompt",
+             "from_messages", "oom_backoffs")
+
+
+def new_stats() -> dict:
+    return {k: 0 for k in _COUNTERS} | {"prefix_mismatch_examples": []}
+
+
+def add_stats(total: dict, part: dict) -> dict:
+    for k in _COUNTERS:
+        total[k] += int(part.get(k, 0))
+    room = 5 - len(total["prefix_mismatch_examples"])
+    total["prefix_mismatch_examples"].extend(part.get("prefix_mismatch_examples", [])[: max(room, 0)])
+    return total
+
+
+def work_dir_for(out: str | os.PathLike) -> Path:
+    """Where chunks of OUT are kept until OUT is complete: `OUT.parts/` beside it."""
+    out = Path(out)
+    return out.with_name(out.name + WORK_DIR_SUFFIX)
+
+
+def chunk_path(work_dir: Path, rank: int, world: int, k: int) -> Path:
+    return work_dir / f"rank{rank:05d}-of-{world:05d}.chunk{k:06d}.parquet"
+
+
+def fingerprint(log, index, config: ScoreConfig, world: int, dtype: str) -> dict:
+    """What must not change between a run and its --resume (`dtype` as resolved: fp32, bf16…)."""
+    files = []
+    for f in log.files:
+        st = os.stat(f)
+        files.append([os.path.abspath(f), st.st_size, st.st_mtime_ns])
+    return {"tool": "gaca score", "files": files, "column_map": log.renamed, "rows": index.n_rows,
+            "world_size": world, "options": {**config.plan_fingerprint(), "dtype": dtype}}
+
+
+def check_work_dir(work_dir: Path, print_: dict, resume: bool) -> int:
+    """Check the work directory a previous run left, if any: it must be ours, continued only
+    with --resume, and by a run with the same inputs and options. Returns its chunk count."""
+    manifest = work_dir / _MANIFEST
+    if work_dir.exists():
+        if not manifest.exists():
+            raise GacaError("exists and is not a gaca score work directory; move it away or choose another -o",
+                            file=str(work_dir))
+        if not resume:
+            raise GacaError("holds the chunks of an interrupted run; add --resume to continue it, or delete "
+                            "the directory to start again", file=str(work_dir))
+        old = _flatten(json.loads(manifest.read_text(encoding="utf-8")))
+        new = _flatten(json.loads(json.dumps(print_)))
+        if old != new:
+            differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise GacaError(f"was started with other inputs or options (differing: {', '.join(d.removeprefix('options.') for d in differ)}); "
+                            "rerun with the same ones, or delete the directory to start again", file=str(work_dir))
+        return len(list(work_dir.glob("rank*.chunk*.parquet")))
+    return 0
+
+
+def prepare_work_dir(work_dir: Path, print_: dict, resume: bool) -> int:
+    """Check (see `check_work_dir`) and create the work directory with its manifest.
+    Returns the number of chunk files already there."""
+    found = check_work_dir(work_dir, print_, resume)
+    if work_dir.exists():
+        return found
+    manifest = work_dir / _MANIFEST
+    work_dir.mkdir(parents=True)
+    tmp = manifest.with_suffix(".tmp")
+    tmp.write_text(json.dumps(print_, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, manifest)
+    return 0
+
+
+def _flatten(doc: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _write_chunk(path: Path, pos: np.ndarray, nll_sum: np.ndarray, n_tokens: np.ndarray,
+                 token_lps: list[np.ndarray] | None, stats: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {"pos": pa.array(pos, pa.int64()), C.NLL_SUM: pa.array(nll_sum, pa.float64()),
+            C.N_ACTION_TOKENS: pa.array(n_tokens, pa.int32())}
+    if token_lps is not None:
+        offsets = np.concatenate([[0], np.cumsum([len(x) for x in token_lps])]).astype(np.int32)
+        values = np.concatenate(token_lps).astype(np.float32) if token_lps else np.zeros(0, np.float32)
+        cols[C.TOKEN_LOGPROBS] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
+    table = pa.table(cols).replace_schema_metadata({_CHUNK_META: json.dumps(stats)})
+    tmp = path.with_name("." + path.name + ".tmp")
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+
+
+def trajectory_costs(log, index) -> np.ndarray:
+    """Estimated tokens to forward per trajectory, for balancing ranks: the longest step's
+    context + action (what a packed trajectory costs), in token ids where the log has them,
+    else in characters (proportional across a log)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gaca_cli.log.grouping import plain
+
+    table = log.table
+    names = table.column_names
+    n = table.num_rows
+
+    def lengths(name: str) -> np.ndarray:
+        col = plain(table.column(name))
+        if pa.types.is_large_string(col.type) or pa.types.is_string(col.type):
+            return pc.utf8_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+        if name == C.MESSAGES:
+            parents = pc.list_parent_indices(col).to_numpy(zero_copy_only=False)
+            content = pc.utf8_length(pc.list_flatten(col).field("content")).fill_null(0)
+            return np.bincount(parents, content.to_numpy(zero_copy_only=False), minlength=n)
+        return pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+
+    per_row = np.zeros(n, dtype=np.float64)
+    for ctx_name in (C.PROMPT_TOKEN_IDS, C.PROMPT, C.MESSAGES):
+        if ctx_name in names:
+            per_row += lengths(ctx_name)
+            break
+    for act_name in (C.ACTION_TOKEN_IDS, C.ACTION):
+        if act_name in names:
+            per_row += lengths(act_name)
+            break
+    sorted_cost = per_row[index.order]
+    costs = np.zeros(index.n_traj, dtype=np.float64)
+    np.maximum.at(costs, index.traj, sorted_cost)
+    return costs + 1.0
+
+
+def score_shard(log, index, config: ScoreConfig, scorer: Scorer, tokenizer, work_dir: Path, *,
+                rank: int = 0, world: int = 1, progress: Progress | None = None,
+                on_chunk: Callable[[int], None] | None = None) -> dict:
+    """Score this rank's trajectories chunk by chunk into `work_dir`, skipping the chunks that
+    are already there. Returns this run's counters (`resumed_chunks`, `tokens_this_run`)."""
+    from gaca_cli.lm.tokenization import FROM_MESSAGES, FROM_PROMPT, FROM_TOKEN_IDS, rows_text, tokenize_steps
+
+    rank_of = shard_trajectories(trajectory_costs(log, index), world) if world > 1 else np.zeros(index.n_traj, np.int64)
+    mine = np.flatnonzero(rank_of == rank)
+    chunks = chunk_trajectories(mine, index.traj_len, config.chunk_rows)
+    if progress is not None:
+        progress.start(int(index.traj_len[mine].sum()))
+    run = {"resumed_chunks": 0, "tokens_this_run": 0, "chunks": len(chunks)}
+    for k, trajs in enumerate(chunks):
+        path = chunk_path(work_dir, rank, world, k)
+        lengths = index.traj_len[trajs]
+        if path.exists():
+            run["resumed_chunks"] += 1
+            if progress is not None:
+                progress.advance(int(lengths.sum()), 0)
+            continue
+        pos = np.concatenate([np.arange(index.traj_start[t], index.traj_start[t] + index.traj_len[t]) for t in trajs])
+        rows = index.order[pos]
+        tokens = tokenize_steps(log, rows, tokenizer, context=config.context,
+                                add_special_tokens=config.add_special_tokens, strict_prefix=config.strict_prefix,
+                                vocab_size=scorer.input_vocab_size, model=config.model)
+        plan = build_plan(tokens.context, tokens.action, [int(x) for x in lengths], config.pack)
+        stats = new_stats()
+        steps_of_seq = np.bincount(plan.step_seq, minlength=len(plan.seqs))
+
+        def on_batch(batch: np.ndarray) -> None:
+            if progress is not None:
+                progress.advance(int(steps_of_seq[batch].sum()), int(sum(len(plan.seqs[i]) for i in batch)))
+
+        per_seq = score_plan(scorer, plan, config.max_batch_tokens, stats, on_batch)
+        # each step's slice of its sequence's log-probs
+        offsets = [np.concatenate([[0], np.cumsum(sp[:, 1] - sp[:, 0])]) for sp in plan.spans]
+        step_lps = [per_seq[s][offsets[s][j] : offsets[s][j + 1]] for s, j in zip(plan.step_seq, plan.step_span)]
+        n_tokens = np.array([len(x) for x in step_lps], dtype=np.int32)
+        nll_sum = np.array([-float(np.sum(x, dtype=np.float64)) for x in step_lps], dtype=np.float64)
+        nll_sum[n_tokens == 0] = 0.0
+        stats.update(
+            rows=len(pos), trajectories=len(trajs), packed_trajectories=plan.packed_trajectories,
+            segments=plan.segments, unique_sequences=len(plan.seqs),
+            duplicate_sequences=plan.segments - len(plan.seqs),
+            tokens=int(sum(len(s) for s, sp in zip(plan.seqs, plan.spans) if np.any(sp[:, 1] > sp[:, 0]))),
+            action_tokens=int(n_tokens.sum()),
+            empty_actions=int(np.sum(n_tokens == 0)), prefix_mismatch_rows=int(tokens.prefix_mismatch.sum()),
+            prefix_mismatch_examples=rows_text(log.table, rows[tokens.prefix_mismatch]),
+            from_token_ids=int(np.sum(tokens.source == FROM_TOKEN_IDS)),
+            from_prompt=int(np.sum(tokens.source == FROM_PROMPT)),
+            from_messages=int(np.sum(tokens.source == FROM_MESSAGES)),
+        )
+        _write_chunk(path, pos, nll_sum, n_tokens, step_lps if config.token_logprobs else None, stats)
+        run["tokens_this_run"] += stats["tokens"]
+        if on_chunk is not None:
+            on_chunk(k)
+    return run
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Merged per-row results in the ORIGINAL row order of the log."""
+
+    nll_sum: np.ndarray  # float64 [N]
+    n_action_tokens: np.ndarray  # int32 [N]
+    token_logprobs: Any  # pa.Array list<float32> [N], or None
+    stats: dict
+    chunks: int
+
+
+def merge_work_dir(log, index, config: ScoreConfig, work_dir: Path, world: int) -> Scores:
+    """Read every rank's chunks and put the results back in the log's row order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths = sorted(work_dir.glob(f"rank*-of-{world:05d}.chunk*.parquet"))
+    stats = new_stats()
+    tables = []
+    for p in paths:
+        t = pq.read_table(p)
+        add_stats(stats, json.loads((t.schema.metadata or {})[_CHUNK_META.encode()]))
+        tables.append(t.replace_schema_metadata(None))
+    if not tables:
+        raise GacaError("holds no finished chunk", file=str(work_dir))
+    table = pa.concat_tables(tables)
+    pos = table.column("pos").to_numpy()
+    covered = np.bincount(pos, minlength=index.n_rows)
+    if len(pos) != index.n_rows or covered.max() != 1:
+        raise GacaError(f"the chunks cover {int(np.sum(covered > 0)):,} of {index.n_rows:,} rows; "
+                        "a rank did not finish (rerun with --resume)", file=str(work_dir))
+    original_row = index.order[pos]
+    table = table.take(pa.array(np.argsort(original_row)))
+    tlp = table.column(C.TOKEN_LOGPROBS).combine_chunks() if config.token_logprobs else None
+    return Scores(
+        nll_sum=table.column(C.NLL_SUM).to_numpy(),
+        n_action_tokens=table.column(C.N_ACTION_TOKENS).to_numpy().astype(np.int32),
+        token_logprobs=tlp,
+        stats=stats,
+        chunks=len(paths),
+    )
+
+
+def output_table(log, config: ScoreConfig, scores: Scores, model_meta: dict):
+    """Every input column (original names, previous score columns dropped) plus the scores,
+    and the key/value metadata to write."""
+    import pyarrow as pa
+
+    from gaca_cli.log.io import restore_column_names
+
+    owned = set(C.SCORE_OUTPUTS)
+    table = log.table.select([n for n in log.table.column_names if n not in owned])
+    table = restore_column_names(table, log.renamed)
+    n = scores.n_action_tokens
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = scores.nll_sum / n
+    table = table.append_column(C.NLL_SUM, pa.array(scores.nll_sum, pa.float64()))
+    table = table.append_column(C.NLL_MEAN, pa.array(mean, pa.float64(), mask=n == 0))
+    table = table.append_column(C.N_ACTION_TOKENS, pa.array(n, pa.int32()))
+    if scores.token_logprobs is not None:
+        table = table.append_column(C.TOKEN_LOGPROBS, scores.token_logprobs)
+    metadata = dict(log.metadata)
+    metadata[C.META_SCORE] = json.dumps({"tool": "gaca", "version": __version__, **model_meta}, sort_keys=True)
+    return table, metadata
+
+
+# --------------------------------------------------------------------------------------------
+# The whole run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScoreRun:
+    summary: dict
+    table: Any = None  # the written table (rank 0 only)
+    metadata: dict = field(default_factory=dict)
+
+
+@contextmanager
+def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None]]]:
+    """(rank, world size, barrier) from torchrun / accelerate's environment (RANK,
+    WORLD_SIZE); a gloo process group carries the barriers. One process: (0, 1, no-op)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        yield 0, 1, lambda: None
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    made_here = False
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=timedelta(days=7))  # shards may take hours
+        made_here = True
+    try:
+        yield dist.get_rank(), dist.get_world_size(), dist.barrier
+    finally:
+        if made_here:
+            dist.destroy_process_group()
+
+
+def run_score(log, config: ScoreConfig, out: str | os.PathLike, *, rank: int = 0, world: int = 1,
+              barrier: Callable[[], None] = lambda: None, progress: Progress | None = None,
+              on_chunk: Callable[[int], None] | None = None, loaded: tuple | None = None) -> ScoreRun:
+    """Check the log, load the model, score this rank's share into the work directory, and
+    (rank 0) merge everything into OUT atomically. `loaded` = load_causal_lm's result, to
+    reuse a model already in memory."""
+    from gaca_cli.log.checks import prepare_log
+    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.lm.models import dtype_name, load_causal_lm, resolve_device, resolve_dtype
+
+    t0 = time.perf_counter()
+    index, warnings = prepare_log(log, "score")
+    work_dir = work_dir_for(out)
+    if loaded is None:
+        planned_dtype = resolve_dtype(config.dtype, resolve_device(config.device))
+    else:
+        planned_dtype = loaded[3]
+    print_ = fingerprint(log, index, config, world, dtype_name(planned_dtype))
+    if rank == 0:
+        check_work_dir(work_dir, print_, config.resume)  # before the (slow) model load
+    if loaded is None:
+        loaded = load_causal_lm(config.model, revision=config.revision, dtype=config.dtype, device=config.device,
+                                trust_remote_code=config.trust_remote_code)
+    model, tokenizer, device, dtype = loaded
+    scorer = Scorer(model, device, config.temperature)
+    if rank == 0:
+        prepare_work_dir(work_dir, print_, config.resume)
+    barrier()
+    try:
+        run = score_shard(log, index, config, scorer, tokenizer, work_dir, rank=rank, world=world,
+                          progress=progress, on_chunk=on_chunk)
+    except GacaError:
+        # a data or model problem: fixing it changes the inputs or options, so these chunks
+        # could never be resumed (an interruption, by contrast, keeps them)
+        if world == 1:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+    barrier()
+    model_meta = {"model": config.model, "revision": config.revision,
+                  "commit": getattr(model.config, "_commit_hash", None), "dtype": dtype_name(dtype),
+                  "temperature": config.temperature, "context": config.context,
+                  "add_special_tokens": config.add_special_tokens, "token_logprobs": config.token_logprobs}
+    summary = {"rank": rank, "world_size": world, **run}
+    if rank != 0:
+        return ScoreRun(summary=summary)
+    scores = merge_work_dir(log, index, config, work_dir, world)
+    table, metadata = output_table(log, config, scores, model_meta)
+    write_parquet_atomic(table, out, metadata)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    wall = time.perf_counter() - t0
+    s = scores.stats
+    scored = scores.n_action_tokens > 0
+    summary = {
+        "output": str(out),
+        **{k: v for k, v in model_meta.items() if k in ("model", "revision", "dtype", "temperature")},
+        "device": str(device),
+        "rows": index.n_rows,
+        "trajectories": index.n_traj,
+        "packed_trajectories": s["packed_trajectories"],
+        "sequences": s["segments"],
+        "unique_sequences": s["unique_sequences"],
+        "duplicate_sequences": s["duplicate_sequences"],
+        "forwards": s["forwards"],
+        "tokens": s["tokens"],
+        "padded_tokens": s["padded_tokens"],
+        "action_tokens": s["action_tokens"],
+        "empty_actions": s["empty_actions"],
+        "prefix_mismatch_rows": s["prefix_mismatch_rows"],
+        "prefix_mismatch_examples": s["prefix_mismatch_examples"],
+        "context_sources": {"token_ids": s["from_token_ids"], "prompt": s["from_prompt"],
+                            "messages": s["from_messages"]},
+        "mean_nll_per_token": (float(scores.nll_sum[scored].sum() / scores.n_action_tokens[scored].sum())
+                               if scored.any() else None),
+        "oom_backoffs": s["oom_backoffs"],
+        "fast_head": scorer.fast_head,
+        "world_size": world,
+        "chunks": scores.chunks,
+        "resumed_chunks": run["resumed_chunks"],
+        "wall_s": round(wall, 3),
+        "tokens_per_s": _tokens_per_s(run, s, world, wall),
+        "warnings": dict(warnings),
+    }
+    return ScoreRun(summary=summary, table=table, metadata=metadata)
+
+
+def _tokens_per_s(run: dict, stats: dict, world: int, wall: float) -> float | None:
+    """Tokens forwarded per second by this invocation (all ranks when nothing was resumed)."""
+    if wall <= 0:
+        return None
+    if world == 1:
+        return round(run["tokens_this_run"] / wall, 1)
+    return round(stats["tokens"] / wall, 1) if run["resumed_chunks"] == 0 else None

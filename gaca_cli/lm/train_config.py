@@ -1,0 +1,167 @@
+"""The configuration of `gaca train-offline`: its choices and one frozen dataclass.
+
+Kept apart from `gaca_cli.lm.training` (pyarrow, the log checks, torch on use) so that the
+command line can build its options from these defaults without importing any of that.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from gaca_cli.log import columns as C
+from gaca_cli.lm.scoring import CONTEXT_SOURCES
+
+LOSSES = ("ppo", "pg", "awr", "filtered-bc")
+AGGREGATIONS = ("token-mean", "seq-mean")
+BEHAVIOR_SOURCES = ("auto", C.BEHAVIOR_LOGPROBS, C.TOKEN_LOGPROBS)
+TRAIN_DTYPES = ("auto", "bf16", "fp32")
+TRAIN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every parameter of `gaca train-offline`, with its defaults."""
+
+    model: str = ""
+    revision: str | None = None
+    trust_remote_code: bool = False
+    # objective
+    loss: str = "ppo"
+    aggregation: str = "token-mean"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    is_cap: float | None = None
+    awr_temperature: float = 1.0
+    awr_max_weight: float = 20.0
+    bc_threshold: float = 0.0
+    kl_coef: float = 0.0
+    behavior: str = "auto"
+    temperature: float = 1.0
+    # tokenisation (the same options as `gaca score`, so that token_logprobs line up)
+    context: str = "auto"
+    add_special_tokens: bool = False
+    strict_prefix: bool = False
+    # optimisation
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.05
+    min_lr_ratio: float = 0.0
+    max_grad_norm: float = 1.0
+    batch_size: int = 32
+    max_batch_tokens: int = 8192
+    epochs: int = 1
+    max_steps: int | None = None
+    max_length: int | None = None
+    seed: int = 0
+    # parameters
+    lora_r: int = 0
+    lora_alpha: float | None = None
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    merge: bool = False
+    # machine
+    dtype: str = "auto"
+    device: str = "auto"
+    gradient_checkpointing: bool = False
+    # checkpoints
+    save_every: int = 100
+    keep_checkpoints: int = 2
+
+    def __post_init__(self) -> None:
+        def bad(name: str, value: object, use: str) -> None:
+            raise ValueError(f"{name} = {value!r} is not valid; use {use}")
+
+        def finite(x: float | None) -> bool:
+            return x is not None and math.isfinite(x)
+
+        if not self.model:
+            bad("model", self.model, "a local model directory or a hub id (--model)")
+        for name, allowed in (
+            ("loss", LOSSES),
+            ("aggregation", AGGREGATIONS),
+            ("behavior", BEHAVIOR_SOURCES),
+            ("context", CONTEXT_SOURCES),
+            ("dtype", TRAIN_DTYPES),
+        ):
+            if getattr(self, name) not in allowed:
+                bad(name, getattr(self, name), " | ".join(allowed))
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
+            bad("device", self.device, " | ".join(TRAIN_DEVICES) + " (under accelerate launch / torchrun each process gets its GPU)")
+        if not (finite(self.lr) and self.lr > 0):
+            bad("lr", self.lr, "a peak learning rate > 0, e.g. 1e-5 (full fine-tuning) or 1e-4 (LoRA)")
+        if not (finite(self.clip_low) and 0.0 <= self.clip_low < 1.0):
+            bad("clip_low", self.clip_low, "ε_low in [0, 1), e.g. 0.2")
+        if not (finite(self.clip_high) and self.clip_high >= 0.0):
+            bad("clip_high", self.clip_high, "ε_high ≥ 0, e.g. 0.2 (0.28 in DAPO)")
+        if self.is_cap is not None and not (finite(self.is_cap) and self.is_cap > 0):
+            bad("is_cap", self.is_cap, "a truncation level c > 0 for the importance weights, e.g. 2.0")
+        if not (finite(self.awr_temperature) and self.awr_temperature > 0):
+            bad("awr_temperature", self.awr_temperature, "τ > 0, e.g. 1.0")
+        if not (finite(self.awr_max_weight) and self.awr_max_weight > 0):
+            bad("awr_max_weight", self.awr_max_weight, "a weight clip > 0, e.g. 20")
+        if not finite(self.bc_threshold):
+            bad("bc_threshold", self.bc_threshold, "a finite advantage threshold, e.g. 0")
+        if not (finite(self.kl_coef) and self.kl_coef >= 0):
+            bad("kl_coef", self.kl_coef, "a coefficient ≥ 0 (0 turns the KL penalty off)")
+        if not (finite(self.temperature) and self.temperature > 0):
+            bad("temperature", self.temperature, "the sampling temperature T > 0 (logits are divided by T)")
+        if not (finite(self.weight_decay) and self.weight_decay >= 0):
+            bad("weight_decay", self.weight_decay, "a value ≥ 0, e.g. 0.0 or 0.01")
+        if not (finite(self.warmup_ratio) and 0.0 <= self.warmup_ratio < 1.0):
+            bad("warmup_ratio", self.warmup_ratio, "a fraction of the steps in [0, 1), e.g. 0.05")
+        if not (finite(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
+            bad("min_lr_ratio", self.min_lr_ratio, "a fraction of the peak lr in [0, 1] (1 = constant after warm-up)")
+        if not (finite(self.max_grad_norm) and self.max_grad_norm >= 0):
+            bad("max_grad_norm", self.max_grad_norm, "a norm > 0, e.g. 1.0, or 0 for no clipping")
+        for name, low in (("batch_size", 1), ("max_batch_tokens", 2), ("epochs", 1), ("keep_checkpoints", 1)):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= low):
+                bad(name, value, f"an integer ≥ {low}")
+        if self.max_steps is not None and not (isinstance(self.max_steps, int) and self.max_steps >= 1):
+            bad("max_steps", self.max_steps, "an integer ≥ 1, or leave it unset to train for --epochs")
+        if self.max_length is not None and not (isinstance(self.max_length, int) and self.max_length >= 2):
+            bad("max_length", self.max_length, "an integer ≥ 2 (longer steps are skipped), or leave it unset")
+        if not (isinstance(self.save_every, int) and self.save_every >= 0):
+            bad("save_every", self.save_every, "a number of optimiser steps ≥ 1, or 0 for no periodic checkpoint")
+        if not (isinstance(self.lora_r, int) and self.lora_r >= 0):
+            bad("lora_r", self.lora_r, "a LoRA rank ≥ 1 (e.g. 16), or 0 for full fine-tuning")
+        if self.lora_alpha is not None and not (finite(self.lora_alpha) and self.lora_alpha > 0):
+            bad("lora_alpha", self.lora_alpha, "a scale > 0 (default 2·r)")
+        if not self.lora_targets or any(not t for t in self.lora_targets):
+            bad("lora_targets", self.lora_targets, "module names such as q_proj,v_proj, or all-linear")
+        if self.merge and self.lora_r == 0:
+            bad("merge", self.merge, "--merge only with LoRA (--lora-r > 0)")
+        if self.loss != "pg" and self.is_cap is not None:
+            bad("is_cap", self.is_cap, "--is-cap only with --loss pg (ppo clips its ratio with --clip-low/--clip-high)")
+
+    @property
+    def use_lora(self) -> bool:
+        return self.lora_r > 0
+
+    @property
+    def needs_behavior(self) -> bool:
+        """True when the objective cannot be computed without behavior log-probs μ."""
+        return self.loss == "ppo" or (self.loss == "pg" and self.is_cap is not None)
+
+    def carries_gradient(self, advantage: np.ndarray) -> np.ndarray:
+        """bool [N]: steps whose policy loss is not identically zero (the others are skipped).
+
+        ppo and pg: A ≠ 0 (every term of their loss is a multiple of A). filtered-bc: A >
+        threshold. awr: every step (exp(0/τ) = 1). A KL penalty alone does not keep a step.
+        """
+        if self.loss in ("ppo", "pg"):
+            return advantage != 0
+        if self.loss == "filtered-bc":
+            return advantage > self.bc_threshold
+        return np.ones(len(advantage), dtype=bool)
+
+    def as_metadata(self) -> dict:
+        out = asdict(self)
+        out["lora_targets"] = list(self.lora_targets)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# data: logged steps -> token sequences

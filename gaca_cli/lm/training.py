@@ -1,0 +1,973 @@
+"""`gaca train-offline` as a library call: an offline policy update from an annotated log.
+
+The pipeline, in order (nothing is written before step 4, so a bad log or model leaves no
+output behind):
+
+1. check the log (`prepare_log(log, "train-offline")`) and the `advantage` column;
+2. load the starting model and tokenizer (`models.load_causal_lm`) and tokenise every step
+   into context and action tokens exactly as `gaca score` does, so that `token_logprobs`
+   written by `gaca score --token-logprobs` line up with the trained tokens;
+3. pick the behavior log-probs μ (`behavior_logprobs` or `token_logprobs`) and drop the steps
+   that carry no gradient (A = 0 for ppo/pg, A ≤ threshold for filtered-bc, empty actions);
+4. train: AdamW, linear warm-up then cosine decay, optimiser steps of `batch_size` logged steps
+   split into token-budget micro-batches whose gradients accumulate, gradient clipping,
+   checkpoints every `save_every` steps, one metrics line per optimiser step;
+5. save a model that transformers loads (full weights, or a LoRA adapter, or merged weights).
+
+Objectives live in `losses.py`. Data parallelism comes from accelerate: every process builds
+the same batches (the order is a pure function of seed, epoch and step) and takes its share
+of each optimiser step; token weights are normalised by the whole step's counts, so one
+process and N processes compute the same update.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gaca_cli import __version__
+from gaca_cli.log import columns as C
+from gaca_cli.log.checks import StepIndex, prepare_log
+from gaca_cli.errors import GacaError
+from gaca_cli.log.grouping import plain
+from gaca_cli.log.io import Log
+from gaca_cli.lm.train_config import TrainConfig
+
+#: --loss choices: the keys of losses.TOKEN_LOSSES (a test keeps them equal; this module is
+#: imported by the command line, which must not import torch)
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINTS_DIR = "checkpoints"
+RUN_FILE = "gaca-train.json"  # written last: its presence means the run finished
+STATE_FILE = "trainer_state.json"  # inside a checkpoint, written last: marks it complete
+
+#: fields that may change between an interrupted run and its `--resume`
+_RESUME_MAY_CHANGE = ("save_every", "keep_checkpoints")
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """The steps that take part in training, in canonical (group, trajectory, step) order.
+
+    input_ids:  S arrays int64 [len_i]  context tokens then action tokens
+    n_context:  int64 [S]               number of context tokens of each sequence
+    advantage:  float32 [S]
+    behavior:   S arrays float32 [n_action_i], or None (μ's log-prob of each action token)
+    rows:       int64 [S]               original row of each sequence in the log
+    """
+
+    input_ids: list[np.ndarray]
+    n_context: np.ndarray
+    advantage: np.ndarray
+    behavior: list[np.ndarray] | None
+    behavior_source: str | None
+    rows: np.ndarray
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self.input_ids))
+
+    @property
+    def n_action(self) -> np.ndarray:
+        return self.lengths - self.n_context
+
+    def fingerprint(self) -> str:
+        """sha256 over tokens, context lengths and advantages: `--resume` refuses other data."""
+        h = hashlib.sha256()
+        h.update(np.asarray(len(self), dtype=np.int64).tobytes())
+        h.update(self.n_context.astype(np.int64).tobytes())
+        h.update(self.advantage.astype(np.float32).tobytes())
+        h.update(self.lengths.tobytes())
+        for ids in self.input_ids:
+            h.update(ids.astype(np.int64).tobytes())
+        return h.hexdigest()[:16]
+
+
+def _row_refs(log: Log, rows: np.ndarray) -> list[str]:
+    rows = np.asarray(rows[:5], dtype=np.int64)
+    if len(rows) == 0:
+        return []
+    sel = pa.array(rows)
+    tids = log.table.column(C.TRAJ_ID).take(sel).to_pylist()
+    steps = log.table.column(C.STEP_IDX).take(sel).to_pylist()
+    return [f"({t}, {s})" for t, s in zip(tids, steps)]
+
+
+def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
+    return GacaError(
+        rule,
+        file=log.files_of_rows(rows) if len(rows) else log.source,
+        column=log.original_name(column),
+        rows=_row_refs(log, rows),
+        n_rows=len(rows),
+    )
+
+
+def read_advantages(log: Log, index: StepIndex) -> np.ndarray:
+    """float64 [N] advantages in canonical order; a GacaError names null or non-finite rows."""
+    col = plain(log.table.column(C.ADVANTAGE))
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+        raise GacaError(
+            f"type {col.type} is not usable here; expected a float advantage (as `gaca advantages` writes)",
+            file=log.source,
+            column=log.original_name(C.ADVANTAGE),
+        )
+    nulls = np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))
+    if len(nulls):
+        raise _row_error(log, C.ADVANTAGE, "must not be null", nulls)
+    values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        raise _row_error(log, C.ADVANTAGE, "must be finite (no NaN, no ±inf)", bad)
+    return values[index.order]
+
+
+def choose_behavior(
+    log: Log,
+    index: StepIndex,
+    n_action: np.ndarray,
+    kept: np.ndarray,
+    config: TrainConfig,
+) -> tuple[str | None, list | None]:
+    """Pick the column that gives μ's per-token log-probs, aligned with the action tokens.
+
+    `auto`: `behavior_logprobs` if every kept step has as many values as action tokens, else
+    `token_logprobs` under the same rule (written by `gaca score --token-logprobs` with the
+    starting model). A column named explicitly must align. Returns (column, lists in canonical
+    order) or (None, None) when the objective does not need μ and no column aligns.
+    """
+    required = config.needs_behavior
+    names = (C.BEHAVIOR_LOGPROBS, C.TOKEN_LOGPROBS) if config.behavior == "auto" else (config.behavior,)
+    present = [c for c in names if c in log.table.column_names]
+    problems: list[GacaError] = []
+    for name in present:
+        col = plain(log.table.column(name))
+        if not ((pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) and pa.types.is_floating(col.type.value_type)):
+            problems.append(GacaError(f"type {col.type} is not usable here; expected list<float32>", file=log.source, column=log.original_name(name)))
+            continue
+        values = index.sorted_column(log.table, name)
+        lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+        lengths = np.where(np.isnan(lengths.astype(np.float64)), -1, lengths).astype(np.int64)
+        nulls = np.flatnonzero(kept & (lengths < 0))
+        if len(nulls):
+            problems.append(_row_error(log, name, "is null on steps that are trained on", index.order[nulls]))
+            continue
+        bad = np.flatnonzero(kept & (lengths != n_action))
+        if len(bad):
+            hint = (
+                "; run `gaca score --token-logprobs --model <the starting model>` and use --behavior token_logprobs"
+                if name == C.BEHAVIOR_LOGPROBS
+                else "; score with the same tokenizer as --model"
+            )
+            problems.append(
+                _row_error(
+                    log,
+                    name,
+                    f"has a different number of log-probs than the action has tokens under this tokenizer "
+                    f"(first: {lengths[bad[0]]} vs {n_action[bad[0]]}){hint}",
+                    index.order[bad],
+                )
+            )
+            continue
+        lists = values.to_pylist()
+        nonfinite = [i for i in np.flatnonzero(kept) if not np.all(np.isfinite(np.asarray(lists[i], dtype=np.float64)))]
+        if nonfinite:
+            problems.append(_row_error(log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)]))
+            continue
+        return name, lists
+    if not required:
+        return None, None
+    if problems:
+        raise problems[0]
+    if config.behavior != "auto":
+        raise GacaError(
+            f"--behavior {config.behavior}: the log has no such column",
+            file=log.source,
+            column=config.behavior,
+        )
+    raise GacaError(
+        f"--loss {config.loss} needs the behavior policy's per-token log-probs: the log has neither "
+        f"'{C.BEHAVIOR_LOGPROBS}' nor '{C.TOKEN_LOGPROBS}'; run `gaca score --token-logprobs --model "
+        "<the starting model>` first, or use --loss pg, awr or filtered-bc",
+        file=log.source,
+        column=C.BEHAVIOR_LOGPROBS,
+    )
+
+
+def build_train_data(log: Log, index: StepIndex, tokenizer, config: TrainConfig, vocab_size: int | None = None) -> TrainData:
+    """Keep the steps that carry a gradient, tokenise them as `gaca score` does
+    (`tokenization.tokenize_steps`, same --context / --add-special-tokens / --strict-prefix)
+    and align μ with their action tokens."""
+    from gaca_cli.lm.tokenization import tokenize_steps
+
+    advantage = read_advantages(log, index)
+    useful = config.carries_gradient(advantage)
+    candidates = np.flatnonzero(useful)
+    tokens = tokenize_steps(
+        log,
+        index.order[candidates],
+        tokenizer,
+        context=config.context,
+        add_special_tokens=config.add_special_tokens,
+        strict_prefix=config.strict_prefix,
+        vocab_size=vocab_size,
+        model=config.model,
+    )
+    n = index.n_rows
+    n_ctx = np.zeros(n, dtype=np.int64)
+    n_act = np.zeros(n, dtype=np.int64)
+    n_ctx[candidates] = [len(c) for c in tokens.context]
+    n_act[candidates] = [len(a) for a in tokens.action]
+    empty_action = useful & (n_act == 0)
+    too_long = useful & ~empty_action & (n_ctx + n_act > config.max_length) if config.max_length else np.zeros(n, bool)
+    kept = useful & ~empty_action & ~too_long
+    counts = {
+        "rows": int(n),
+        "no_gradient": int(np.sum(~useful)),
+        "empty_action": int(np.sum(empty_action)),
+        "too_long": int(np.sum(too_long)),
+        "prefix_mismatch": int(np.sum(tokens.prefix_mismatch)),
+    }
+    behavior_source, behavior_lists = choose_behavior(log, index, n_act, kept, config)
+    keep_idx = np.flatnonzero(kept)
+    counts["trained"] = int(len(keep_idx))
+    if len(keep_idx) == 0:
+        why = {
+            "ppo": "A = 0 on every step (ppo and pg get no gradient from it)",
+            "pg": "A = 0 on every step (ppo and pg get no gradient from it)",
+            "filtered-bc": f"no step has A > {config.bc_threshold:g} (--bc-threshold)",
+            "awr": "no step has action tokens",
+        }[config.loss]
+        detail = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in counts.items() if v and k not in ("rows", "trained"))
+        raise GacaError(f"no step to train on: {why} ({detail})", file=log.source, column=log.original_name(C.ADVANTAGE))
+    position_of = np.full(n, -1, dtype=np.int64)
+    position_of[candidates] = np.arange(len(candidates))
+    input_ids = [
+        np.concatenate([tokens.context[j], tokens.action[j]]).astype(np.int64) for j in position_of[keep_idx]
+    ]
+    behavior = None
+    if behavior_lists is not None:
+        behavior = [np.asarray(behavior_lists[i], dtype=np.float32) for i in keep_idx]
+    return TrainData(
+        input_ids=input_ids,
+        n_context=n_ctx[keep_idx],
+        advantage=advantage[keep_idx].astype(np.float32),
+        behavior=behavior,
+        behavior_source=behavior_source,
+        rows=index.order[keep_idx],
+        counts=counts,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# schedule and batches: pure functions of (config, step)
+
+
+def total_steps(n_sequences: int, config: TrainConfig) -> int:
+    """`max_steps` if given, else epochs × ⌈S / batch_size⌉."""
+    if config.max_steps is not None:
+        return config.max_steps
+    return config.epochs * math.ceil(n_sequences / config.batch_size)
+
+
+def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
+    """Multiplier of the peak lr used by optimiser step `step` (0-based) out of `total`:
+
+        step < W:   (step + 1) / W                                   (linear warm-up)
+        else:       m + (1 − m) · ½ · (1 + cos(π · (step − W) / (total − W)))
+
+    with W = warmup steps and m = min_ratio. The first step already moves (lr·1/W) and the last
+    step's lr stays above m·lr. Example: total = 10, W = 2, m = 0: 0.5, 1, 1, 0.962, 0.854, …
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def warmup_steps(total: int, config: TrainConfig) -> int:
+    return int(round(config.warmup_ratio * total))
+
+
+class BatchPlan:
+    """Which sequences make optimiser step k: epoch e = k // steps_per_epoch, a permutation of
+    the sequences drawn from numpy's default_rng([seed, e]), cut into `batch_size` slices (the
+    last one of an epoch may be shorter). A pure function of (seed, step): `--resume` needs no
+    sampler state."""
+
+    def __init__(self, n_sequences: int, batch_size: int, seed: int) -> None:
+        self.n = n_sequences
+        self.batch_size = batch_size
+        self.seed = seed
+        self.steps_per_epoch = math.ceil(n_sequences / batch_size)
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    def epoch_of(self, step: int) -> int:
+        return step // self.steps_per_epoch
+
+    def batch(self, step: int) -> np.ndarray:
+        epoch = self.epoch_of(step)
+        if self._cache is None or self._cache[0] != epoch:
+            self._cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
+        k = step % self.steps_per_epoch
+        return self._cache[1][k * self.batch_size : (k + 1) * self.batch_size]
+
+
+def micro_batches(lengths: np.ndarray, max_batch_tokens: int, rank: int = 0, world: int = 1) -> list[np.ndarray]:
+    """Split one optimiser step's sequences (given by their lengths) into micro-batches.
+
+    Sequences are sorted by length (longest first) and dealt round-robin to the `world`
+    processes; each process packs its share greedily so that (sequences × longest length)
+    ≤ `max_batch_tokens` (a single longer sequence forms its own micro-batch). Returns
+    positions into `lengths`; an empty list when this process gets no sequence.
+    """
+    order = np.argsort(-lengths, kind="stable")[rank::world]
+    out: list[np.ndarray] = []
+    current: list[int] = []
+    longest = 0
+    for pos in order:
+        length = int(lengths[pos])
+        if current and (len(current) + 1) * max(longest, length) > max_batch_tokens:
+            out.append(np.asarray(current, dtype=np.int64))
+            current, longest = [], 0
+        current.append(int(pos))
+        longest = max(longest, length)
+    if current:
+        out.append(np.asarray(current, dtype=np.int64))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the model side
+
+
+KEEP_MODES = ("mask", "positions", "full")
+
+
+def logits_keep_mode(model) -> str:
+    """How `action_logprobs` asks this model for the logits at the action positions only:
+
+    - `mask`: `logits_to_keep` as a boolean [B, L] mask (recent transformers): exactly the
+      kept positions, flattened;
+    - `positions`: `logits_to_keep` as 1-D positions kept in every row (older transformers,
+      where a 2-D tensor fails): the union of the rows' action positions;
+    - `full`: a forward without `logits_to_keep` (models whose forward lacks it).
+
+    Probed once per model (a peft or DDP wrapper passes the argument through) on a 2×6 batch:
+    a mode is taken when its logits equal the full forward's at the kept positions."""
+    import torch
+
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = (torch.arange(12, device=device).reshape(2, 6) * 7919 + 3) % vocab
+    mask = torch.zeros((2, 6), dtype=torch.bool, device=device)
+    mask[0, 1:4] = True
+    mask[1, 3:5] = True
+    training = model.training
+    model.eval()  # no dropout in the comparison
+    try:
+        with torch.no_grad():
+            want = model(input_ids=ids, use_cache=False).logits.float()[mask]
+            scale = max(1.0, float(want.abs().max()))
+            for mode in ("mask", "positions"):
+                try:
+                    got = kept_logits(model, ids, mask, mode).float()
+                except (IndexError, RuntimeError, TypeError, ValueError):
+                    continue
+                if got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4 * scale):
+                    return mode
+        return "full"
+    finally:
+        model.train(training)
+
+
+def kept_logits(model, ids, keep, mode: str):
+    """[keep.sum(), V] logits at the True positions of `keep` ([B, L]), in row-major order."""
+    if mode == "mask":
+        return model(input_ids=ids, logits_to_keep=keep, use_cache=False).logits
+    if mode == "positions":
+        cols = keep.any(dim=0).nonzero().squeeze(1)
+        return model(input_ids=ids, logits_to_keep=cols, use_cache=False).logits[keep[:, cols]]
+    if mode != "full":
+        raise ValueError(f"keep mode must be one of {', '.join(KEEP_MODES)}, got {mode!r}")
+    return model(input_ids=ids, use_cache=False).logits[keep]
+
+
+def action_logprobs(model, sequences: Sequence[np.ndarray], n_context: Sequence[int], pad_id: int, device,
+                    temperature: float = 1.0, keep_mode: str | None = None):
+    """log π(y_t | x, y_<t) of every action token of a micro-batch, float32 [Σ n_action].
+
+    Right-padded [B, L] input with no attention mask: causal attention never looks to the
+    right, so padding cannot change a real position, and SDPA keeps its causal fast path (as in
+    `gaca score`). Logits are computed only at the positions that predict an action token
+    (`keep_mode`, `logits_keep_mode(model)` when None: with `mask` no [B, L, V] tensor is built),
+    divided by the temperature, and normalised in float32. Order: sequence by sequence, tokens
+    in order (the same order as concatenating the per-sequence action arrays).
+    """
+    import torch
+
+    batch = len(sequences)
+    longest = max(len(s) for s in sequences)
+    ids = torch.full((batch, longest), pad_id, dtype=torch.long)
+    keep = torch.zeros((batch, longest), dtype=torch.bool)
+    for i, (seq, n_ctx) in enumerate(zip(sequences, n_context)):
+        ids[i, : len(seq)] = torch.from_numpy(np.asarray(seq, dtype=np.int64))
+        keep[i, n_ctx - 1 : len(seq) - 1] = True
+    targets = ids[:, 1:][keep[:, :-1]]
+    ids, keep, targets = ids.to(device), keep.to(device), targets.to(device)
+    logits = kept_logits(model, ids, keep, keep_mode or logits_keep_mode(model)).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def disable_dropout(model) -> None:
+    """Dropout off everywhere (as TRL and verl do): the ratio π_θ/μ must be exactly 1 at the
+    start. Attention modules keep their dropout rate in a float attribute."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+
+
+def apply_lora(model, config: TrainConfig):
+    """Wrap the model with a peft LoRA adapter (r, α = 2r by default, the given targets)."""
+    from peft import LoraConfig, get_peft_model
+
+    targets: Any = list(config.lora_targets)
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha if config.lora_alpha is not None else 2 * config.lora_r,
+        lora_dropout=0.0,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, lora)
+    except ValueError as exc:
+        raise GacaError(f"--lora-targets {','.join(config.lora_targets)}: {str(exc).splitlines()[0]}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# output directory, checkpoints, metrics
+
+
+def describe_out_dir(out_dir: Path) -> str:
+    """`missing`, `empty`, `run` (holds a run: checkpoints or metrics) or `other` (files)."""
+    if not out_dir.exists():
+        return "missing"
+    if not out_dir.is_dir():
+        return "other"
+    names = set(os.listdir(out_dir))
+    if not names:
+        return "empty"
+    if names & {CHECKPOINTS_DIR, METRICS_FILE, RUN_FILE}:
+        return "run"
+    return "other"
+
+
+def check_out_dir(out_dir: Path, resume: bool) -> None:
+    """Refuse to mix runs: without --resume OUT_DIR must be new or empty. Raises ValueError."""
+    state = describe_out_dir(out_dir)
+    if resume:
+        if state != "run":
+            raise ValueError(f"--resume: {out_dir} holds no training run to continue; drop --resume to start one")
+        return
+    if state == "run":
+        raise ValueError(f"{out_dir} already holds a training run; add --resume to continue it, or choose another -o")
+    if state == "other":
+        raise ValueError(f"{out_dir} exists and is not an empty directory; choose another -o")
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """The newest complete checkpoint (its trainer_state.json is written last)."""
+    root = out_dir / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / STATE_FILE).exists())
+    return done[-1] if done else None
+
+
+def _prune_checkpoints(out_dir: Path, keep: int) -> None:
+    root = out_dir / CHECKPOINTS_DIR
+    complete = sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / STATE_FILE).exists())
+    for old in complete[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for partial in root.iterdir():
+        if partial.name.startswith("step-") and partial.name.endswith(".tmp"):
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _resume_fields(config: TrainConfig) -> dict:
+    meta = config.as_metadata()
+    for name in _RESUME_MAY_CHANGE:
+        meta.pop(name, None)
+    return meta
+
+
+def _device_kind(device: Any) -> str | None:
+    """What a `--device` value trains on here: cpu or cuda (None for anything else)."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" or (isinstance(device, str) and device.startswith("cuda")):
+        return "cpu" if device == "cpu" else "cuda"
+    return None
+
+
+def _check_resumable(state: dict, config: TrainConfig, fingerprint: str, checkpoint: Path) -> None:
+    then = state.get("config", {})
+    now = _resume_fields(config)
+    for name, value in now.items():
+        if name == "device" and _device_kind(value) is not None and _device_kind(then.get(name)) == _device_kind(value):
+            continue  # the same kind of device under another name (auto = cpu without a GPU; cuda:N = cuda)
+        if then.get(name) != value:
+            raise GacaError(
+                f"--resume: the run was started with {name} = {then.get(name)!r}, now {value!r}; "
+                "resume with the same options, or start a new run in another -o",
+                file=str(checkpoint),
+            )
+    if state.get("data_fingerprint") != fingerprint:
+        raise GacaError(
+            "--resume: the training data differ from those the run started with (other log, "
+            "advantages or tokenizer); resume with the same log, or start a new run in another -o",
+            file=str(checkpoint),
+        )
+
+
+def _truncate_metrics(path: Path, last_step: int) -> None:
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= last_step:
+                kept.append(line)
+        except json.JSONDecodeError:
+            break  # a line cut by the interruption
+    path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    out_dir: Path
+    summary: dict
+    metrics: list[dict]  # this run's metrics lines (from the resumed step on)
+    is_main_process: bool = True
+
+
+EventHandler = Callable[[str, dict], None]
+
+
+def _sum_stats():
+    return {"policy": 0.0, "kl_sum": 0.0, "tokens": 0.0, "action_tokens": 0.0, "ratio_sum": 0.0,
+            "ratio_sq": 0.0, "ratio_n": 0.0, "clipped": 0.0, "seqs": 0.0}
+
+
+def train_device(device: str):
+    """`--device` of train-offline as a torch device: `auto` is CUDA when there is a GPU, else
+    the CPU; `cuda` and `cuda:N` raise a GacaError when there is no such GPU. Under a launcher
+    (torchrun, accelerate launch) each process trains on its own GPU, so `cuda:N` is refused
+    there; in one process `cuda:N` becomes the current CUDA device, which accelerate uses."""
+    import torch
+
+    from gaca_cli.lm.models import resolve_device
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    launched = "LOCAL_RANK" in os.environ
+    if device.startswith("cuda:") and launched:
+        raise GacaError(f"--device {device}: under torchrun / accelerate launch each process trains on its own GPU; "
+                        "use --device cuda or auto")
+    dev = resolve_device(device)
+    if dev.type == "cuda" and dev.index is not None and not launched:
+        torch.cuda.set_device(dev)
+    return dev
+
+
+def fresh_accelerator_state() -> None:
+    """Let this run choose its own device and precision. accelerate keeps one state per process
+    and refuses an `Accelerator` that asks for another device or mixed precision than the
+    process's first one did ("AcceleratorState has already been initialized"), and a process
+    that first ran on the CPU would keep the CPU. A second run in one process (a notebook, the
+    tests) may ask for either, so the run resets that state; the process-level part is kept
+    when a launcher (torchrun, accelerate launch) has set up a process group, which one run
+    per process never changes. accelerate has no public reset: its `_reset_state` is used."""
+    import torch.distributed as dist
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=not (dist.is_available() and dist.is_initialized()))
+
+
+class _Trainer:
+    """One training run: holds the accelerator, model, optimiser and data (internal)."""
+
+    def __init__(self, log: Log, config: TrainConfig, out_dir: Path, resume: bool, on_event: EventHandler | None):
+        self.log = log
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.resume = resume
+        self.emit = on_event or (lambda kind, info: None)
+
+    # ---- setup (no side effects on disk) ----
+    def setup(self) -> None:
+        import torch
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
+
+        from gaca_cli.lm.models import load_causal_lm
+
+        config = self.config
+        self.index, self.warnings = prepare_log(self.log, "train-offline")
+        read_advantages(self.log, self.index)  # fail on a bad advantage column before loading a model
+        use_cpu = train_device(config.device).type == "cpu"
+        bf16 = config.dtype == "bf16" or (config.dtype == "auto" and not use_cpu)
+        fresh_accelerator_state()
+        self.accelerator = Accelerator(cpu=use_cpu, mixed_precision="bf16" if bf16 else "no")
+        set_seed(config.seed)
+        model_id = str(Path(config.model).resolve()) if os.path.isdir(config.model) else config.model
+        model, tokenizer, device, _ = load_causal_lm(
+            model_id,
+            revision=config.revision,
+            dtype="fp32",
+            device=self.accelerator.device.type if self.accelerator.device.type == "cpu" else str(self.accelerator.device),
+            trust_remote_code=config.trust_remote_code,
+        )
+        self.device = device
+        self.tokenizer = tokenizer
+        vocab = model.get_input_embeddings().num_embeddings
+        self.data = build_train_data(self.log, self.index, tokenizer, config, vocab_size=vocab)
+        self.fingerprint = self.data.fingerprint()
+        self.pad_id = next(
+            (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None),
+            0,
+        )
+        self.total = total_steps(len(self.data), config)
+        self.warmup = warmup_steps(self.total, config)
+        self.plan = BatchPlan(len(self.data), config.batch_size, config.seed)
+        self.checkpoint = None
+        if self.resume:
+            self.checkpoint = latest_checkpoint(self.out_dir)
+            if self.checkpoint is not None:
+                state = json.loads((self.checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+                _check_resumable(state, config, self.fingerprint, self.checkpoint)
+                self.start_step = int(state["step"])
+            else:
+                self.start_step = 0
+        else:
+            self.start_step = 0
+        self.model = model
+
+    # ---- reference log-probs for the KL penalty ----
+    def reference_logprobs(self) -> list[np.ndarray]:
+        """log π_ref of every action token under the starting model, computed once (no grad)."""
+        import torch
+
+        data = self.data
+        lengths = data.lengths
+        out: list[np.ndarray | None] = [None] * len(data)
+        groups = micro_batches(lengths, self.config.max_batch_tokens)
+        self.model.eval()
+        done = 0
+        with torch.no_grad():
+            for group in groups:
+                with self.accelerator.autocast():
+                    logp = action_logprobs(
+                        self.model,
+                        [data.input_ids[i] for i in group],
+                        [int(data.n_context[i]) for i in group],
+                        self.pad_id,
+                        self.device,
+                        self.config.temperature,
+                        self.keep_mode,
+                    )
+                flat = logp.float().cpu().numpy()
+                start = 0
+                for i in group:
+                    n = int(lengths[i] - data.n_context[i])
+                    out[i] = flat[start : start + n]
+                    start += n
+                done += len(group)
+                self.emit("reference", {"done": done, "total": len(data)})
+        return out  # type: ignore[return-value]
+
+    # ---- build the trainable model, optimiser and scheduler ----
+    def prepare(self) -> None:
+        import torch
+
+        config = self.config
+        self.keep_mode = logits_keep_mode(self.model)
+        self.ref = self.reference_logprobs() if config.kl_coef > 0 else None
+        model = self.model
+        if config.use_lora:
+            model = apply_lora(model, config)
+        disable_dropout(model)
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=config.weight_decay)
+        total, warmup, floor = self.total, self.warmup, config.min_lr_ratio
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total, warmup, floor))
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.scheduler = scheduler
+        self.accelerator.register_for_checkpointing(scheduler)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+
+    # ---- one optimiser step ----
+    def step(self, step: int) -> dict:
+        import torch
+
+        from gaca_cli.lm.losses import kl_k3, policy_token_loss, token_weights
+
+        acc, config, data = self.accelerator, self.config, self.data
+        started = time.perf_counter()
+        batch = self.plan.batch(step)
+        lengths = data.lengths[batch]
+        n_action = lengths - data.n_context[batch]
+        n_tok_total, n_seq_total = float(n_action.sum()), float(len(batch))
+        world = acc.num_processes
+        groups = micro_batches(lengths, config.max_batch_tokens, acc.process_index, world)
+        dummy = not groups  # this process got no sequence: a zero-weight pass keeps DDP in step
+        if dummy:
+            groups = [np.asarray([0], dtype=np.int64)]
+        sums = _sum_stats()
+        ratio_max = torch.tensor(0.0, device=self.device)
+        lr = self.scheduler.get_last_lr()[0]
+        for j, group in enumerate(groups):
+            members = batch[group]
+            sync = acc.no_sync(self.model) if j < len(groups) - 1 else nullcontext()
+            with sync:
+                with acc.autocast():
+                    logp = action_logprobs(
+                        self.model,
+                        [data.input_ids[i] for i in members],
+                        [int(data.n_context[i]) for i in members],
+                        self.pad_id,
+                        self.device,
+                        config.temperature,
+                        self.keep_mode,
+                    )
+                act = n_action[group]
+                seq_of_token = torch.from_numpy(np.repeat(np.arange(len(members)), act)).to(self.device)
+                adv = torch.from_numpy(np.repeat(data.advantage[members], act)).to(self.device)
+                behavior = None
+                if data.behavior is not None:
+                    behavior = torch.from_numpy(np.concatenate([data.behavior[i] for i in members])).to(self.device)
+                ell, stats = policy_token_loss(config.loss, logp, adv, behavior, config)
+                weight = token_weights(seq_of_token, torch.from_numpy(act).to(self.device), config.aggregation,
+                                       n_tok_total, n_seq_total)
+                if dummy:
+                    weight = weight * 0.0
+                policy = (weight * ell).sum()
+                loss = policy
+                if self.ref is not None:
+                    ref = torch.from_numpy(np.concatenate([self.ref[i] for i in members])).to(self.device)
+                    kl = kl_k3(logp, ref)
+                    loss = loss + config.kl_coef * (weight * kl).sum()
+                    sums["kl_sum"] += 0.0 if dummy else float(kl.detach().sum())
+                acc.backward(loss * world)  # DDP averages over processes; weights already use global counts
+            if dummy:
+                continue
+            sums["policy"] += float(policy.detach())
+            sums["tokens"] += float(lengths[group].sum())
+            sums["action_tokens"] += float(act.sum())
+            sums["seqs"] += float(len(members))
+            if "ratio" in stats:
+                r = stats["ratio"]
+                sums["ratio_sum"] += float(r.sum())
+                sums["ratio_sq"] += float((r * r).sum())
+                sums["ratio_n"] += float(r.numel())
+                ratio_max = torch.maximum(ratio_max, r.max())
+            if "clipped" in stats:
+                sums["clipped"] += float(stats["clipped"].sum())
+        max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
+        grad_norm = acc.clip_grad_norm_(self.params, max_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        keys = list(sums)
+        totals = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device)
+        if world > 1:
+            totals = acc.reduce(totals, reduction="sum")
+            ratio_max = acc.reduce(ratio_max, reduction="max")
+        t = dict(zip(keys, totals.tolist()))
+        elapsed = time.perf_counter() - started
+        has_ratio = t["ratio_n"] > 0
+        kl = t["kl_sum"] / t["action_tokens"] if self.ref is not None else float("nan")
+        return {
+            "step": step + 1,
+            "epoch": self.plan.epoch_of(step),
+            "loss": t["policy"] + (config.kl_coef * kl if self.ref is not None else 0.0),
+            "policy_loss": t["policy"],
+            "kl": kl,
+            "ratio_mean": t["ratio_sum"] / t["ratio_n"] if has_ratio else float("nan"),
+            "ratio_max": float(ratio_max) if has_ratio else float("nan"),
+            "clip_frac": t["clipped"] / t["action_tokens"] if config.loss == "ppo" else float("nan"),
+            "ess": (t["ratio_sum"] ** 2) / (t["ratio_n"] * t["ratio_sq"]) if has_ratio and t["ratio_sq"] > 0 else float("nan"),
+            "grad_norm": float(grad_norm),
+            "lr": lr,
+            "seqs": int(t["seqs"]),
+            "tokens": int(t["tokens"]),
+            "action_tokens": int(t["action_tokens"]),
+            "tokens_per_s": t["tokens"] / elapsed if elapsed > 0 else float("nan"),
+            "step_s": elapsed,
+        }
+
+    # ---- checkpoints and outputs ----
+    def save_checkpoint(self, step: int) -> None:
+        acc = self.accelerator
+        root = self.out_dir / CHECKPOINTS_DIR
+        final = root / f"step-{step:08d}"
+        tmp = root / f"step-{step:08d}.tmp"
+        if acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True, exist_ok=True)
+        acc.wait_for_everyone()
+        acc.save_state(str(tmp))
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            state = {"step": step, "config": _resume_fields(self.config), "data_fingerprint": self.fingerprint,
+                     "gaca_version": __version__}
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            _prune_checkpoints(self.out_dir, self.config.keep_checkpoints)
+        acc.wait_for_everyone()
+
+    def restore(self) -> None:
+        if not self.resume:
+            return
+        if self.checkpoint is not None:
+            self.accelerator.load_state(str(self.checkpoint))
+        if self.accelerator.is_main_process:
+            _truncate_metrics(self.out_dir / METRICS_FILE, self.start_step)
+
+    def save_final(self) -> dict:
+        acc = self.accelerator
+        acc.wait_for_everyone()
+        unwrapped = acc.unwrap_model(self.model)
+        out = self.out_dir
+        saved: dict[str, str] = {}
+        if self.config.use_lora:
+            if acc.is_main_process:
+                unwrapped.save_pretrained(out / "adapter" if self.config.merge else out)
+            saved["adapter"] = str(out / "adapter" if self.config.merge else out)
+            if self.config.merge:
+                merged = unwrapped.merge_and_unload()
+                if acc.is_main_process:
+                    merged.save_pretrained(out, safe_serialization=True)
+                saved["model"] = str(out)
+        else:
+            state_dict = acc.get_state_dict(self.model)
+            if acc.is_main_process:
+                unwrapped.save_pretrained(out, state_dict=state_dict, safe_serialization=True)
+            saved["model"] = str(out)
+        if acc.is_main_process:
+            self.tokenizer.save_pretrained(out)
+        acc.wait_for_everyone()
+        return saved
+
+    # ---- the whole run ----
+    def run(self) -> TrainResult:
+        self.setup()
+        self.prepare()
+        acc = self.accelerator
+        # every check has passed: from here on the output directory may be written
+        if acc.is_main_process:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        acc.wait_for_everyone()
+        self.restore()
+        metrics_path = self.out_dir / METRICS_FILE
+        self.emit("start", {"total_steps": self.total, "start_step": self.start_step, "sequences": len(self.data),
+                            "behavior_source": self.data.behavior_source})
+        history: list[dict] = []
+        wall = time.perf_counter()
+        for step in range(self.start_step, self.total):
+            record = {k: _clean(v) for k, v in self.step(step).items()}
+            history.append(record)
+            if acc.is_main_process:
+                with metrics_path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(record) + "\n")
+            if self.config.save_every and (step + 1) % self.config.save_every == 0 and step + 1 < self.total:
+                self.save_checkpoint(step + 1)
+            self.emit("step", record)
+        wall = time.perf_counter() - wall
+        saved = self.save_final()
+        summary = self.summary(history, wall, saved)
+        if acc.is_main_process:
+            run_doc = {C.META_TRAIN: {"config": self.config.as_metadata(), "summary": summary,
+                                      "data_fingerprint": self.fingerprint, "gaca_version": __version__}}
+            (self.out_dir / RUN_FILE).write_text(json.dumps(run_doc, indent=2, default=str), encoding="utf-8")
+        return TrainResult(out_dir=self.out_dir, summary=summary, metrics=history, is_main_process=acc.is_main_process)
+
+    def summary(self, history: list[dict], wall: float, saved: dict) -> dict:
+        tokens = sum(h["tokens"] for h in history)
+        last = history[-1] if history else {}
+        return {
+            "output": str(self.out_dir),
+            "loss": self.config.loss,
+            "mode": f"lora r={self.config.lora_r}" + (" merged" if self.config.merge else "") if self.config.use_lora else "full",
+            "behavior_source": self.data.behavior_source,
+            "steps": self.total,
+            "resumed_from_step": self.start_step if self.resume else None,
+            "sequences": len(self.data),
+            "rows": self.data.counts,
+            "warnings": self.warnings,
+            "final": {k: last.get(k) for k in ("loss", "policy_loss", "kl", "ratio_mean", "clip_frac", "grad_norm")},
+            "tokens": tokens,
+            "tokens_per_s": _clean(tokens / wall) if wall > 0 and tokens else None,
+            "wall_s": round(wall, 3),
+            "processes": self.accelerator.num_processes,
+            "device": str(self.device),
+            "mixed_precision": str(self.accelerator.mixed_precision),
+            **saved,
+        }
+
+
+def train(
+    log: Log,
+    config: TrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    resume: bool = False,
+    on_event: EventHandler | None = None,
+) -> TrainResult:
+    """Run `gaca train-offline`. Raises GacaError for bad logs or models before anything is
+    written; `on_event(kind, info)` receives "reference", "start" and "step" events (the
+    metrics line of each optimiser step), e.g. to draw a progress bar."""
+    return _Trainer(log, config, Path(out_dir), resume, on_event).run()

@@ -1,0 +1,414 @@
+"""The input checks of log-schema.md, and the row index every command computes on.
+
+`inspect_log` runs every check and collects all violations (for `gaca validate`);
+`prepare_log` runs the same checks and raises the first violation (for every other command).
+Both return a `StepIndex`: rows ordered by (traj_id, step_idx) with integer codes, built
+in O(N) without sorting (each row's sorted position is its trajectory's start plus its step).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gaca_cli.log import columns as C
+from gaca_cli.errors import GacaError
+from gaca_cli.log.grouping import Trajectories, id_codes, plain
+from gaca_cli.log.anchors import anchor_column, anchor_warnings
+from gaca_cli.log.io import Log
+from gaca_cli.log.schema import COMMAND_NEEDS, INPUT_BY_NAME
+
+
+@dataclass(frozen=True)
+class StepIndex:  # noqa: PLR0902
+    """Rows grouped by trajectory, steps ascending within each trajectory.
+
+    In canonical order (the default) the trajectories follow sorted (group_id, traj_id): episode
+    groups by sorted group_id, within a group the trajectories by sorted traj_id. In file
+    order (`prepare_log(..., canonical=False)`) they follow their first appearance in the file,
+    which keeps walks through `order` local in memory; numbering that must not depend on row
+    order then uses `canonical_start` (see grouping.Trajectories.canonical_row_position).
+
+    order:      int64 [N]  original row of each index position
+    traj_start: int64 [T]  first position of each trajectory
+    traj_len:   int64 [T]  number of steps of each trajectory
+    traj_group: int64 [T]  episode-group code of each trajectory (0..G-1; in canonical order by
+                           sorted group_id and non-decreasing)
+    canonical_start: int64 [T] position of each trajectory's first step in canonical order
+    row_traj:   int64 [N]  trajectory code of each row of the file (file order)
+    """
+
+    order: np.ndarray
+    traj_start: np.ndarray
+    traj_len: np.ndarray
+    traj_group: np.ndarray
+    n_groups: int
+    canonical_start: np.ndarray
+    row_traj: np.ndarray
+
+    @functools.cached_property
+    def traj(self) -> np.ndarray:
+        """int64 [N] trajectory code of each position (0..T-1, non-decreasing)."""
+        return np.repeat(np.arange(self.n_traj, dtype=np.int64), self.traj_len)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.order)
+
+    @property
+    def n_traj(self) -> int:
+        return len(self.traj_start)
+
+    @property
+    def step(self) -> np.ndarray:
+        """int64 [N] step index of each sorted position (0..T-1 within its trajectory)."""
+        return np.arange(self.n_rows, dtype=np.int64) - self.traj_start[self.traj]
+
+    @functools.cached_property
+    def canonical_traj_order(self) -> np.ndarray:
+        """int64 [T] the trajectories in canonical order."""
+        return np.argsort(self.canonical_start)
+
+    @property
+    def group(self) -> np.ndarray:
+        """int64 [N] episode-group code of each sorted position."""
+        return self.traj_group[self.traj]
+
+    @functools.cached_property
+    def is_identity(self) -> bool:
+        """The file's rows are already in canonical order (the common case): no gathers."""
+        return bool(np.array_equal(self.order, np.arange(self.n_rows, dtype=np.int64)))
+
+    def sorted_column(self, table: pa.Table, name: str) -> pa.Array:
+        """A column of the table in canonical order."""
+        column = plain(table.column(name))
+        return column if self.is_identity else column.take(pa.array(self.order))
+
+    @functools.cached_property
+    def trajectories(self) -> Trajectories:
+        """What step grouping needs of the index (gaca_cli.log.grouping.Trajectories)."""
+        return Trajectories(
+            order=None if self.is_identity else self.order,
+            traj_start=self.traj_start,
+            traj_len=self.traj_len,
+            traj_group=self.traj_group,
+            canonical_traj_order=self.canonical_traj_order,
+            canonical_start=self.canonical_start,
+            row_traj=self.row_traj,
+        )
+
+
+@dataclass
+class Inspection:
+    violations: list[GacaError] = field(default_factory=list)
+    warnings: dict[str, int] = field(default_factory=dict)
+    index: StepIndex | None = None
+
+
+def _rows_text(table: pa.Table, rows: np.ndarray) -> list[str]:
+    rows = np.asarray(rows[:5])
+    if len(rows) == 0:
+        return []
+    sel = pa.array(rows)
+    tids = table.column(C.TRAJ_ID).take(sel).to_pylist() if C.TRAJ_ID in table.column_names else [None] * len(rows)
+    steps = table.column(C.STEP_IDX).take(sel).to_pylist() if C.STEP_IDX in table.column_names else [None] * len(rows)
+    return [f"({t}, {s})" for t, s in zip(tids, steps)]
+
+
+def _violation(log: Log, column: str, rule: str, rows: np.ndarray | None = None) -> GacaError:
+    rows = np.asarray([], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    return GacaError(
+        rule,
+        file=log.files_of_rows(rows) if len(rows) else log.source,
+        column=log.original_name(column),
+        rows=_rows_text(log.table, rows),
+        n_rows=len(rows),
+    )
+
+
+def _null_rows(arr: pa.ChunkedArray) -> np.ndarray:
+    if arr.null_count == 0:
+        return np.asarray([], dtype=np.int64)
+    return np.flatnonzero(pc.is_null(arr).to_numpy(zero_copy_only=False))
+
+
+_FINITE = (C.REWARD, C.EPISODE_REWARD, C.NLL_MEAN, C.NLL_SUM)
+
+
+def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
+    """Presence, types, nulls and finiteness, column by column. Returns the columns that broke
+    a rule (later checks leave them alone) and whether a required column is unusable.
+
+    Types are checked for every column of the files. A column that was not read (a command
+    reads the columns it uses, see `gaca_cli.advantages.run.columns_read`) is still checked for
+    nulls, from the null counts in the files' footers when they have them, else by reading
+    that column alone."""
+    table = log.table
+    schema = log.file_schema
+    bad: set[str] = set()
+    fatal = False
+    for spec in INPUT_BY_NAME.values():
+        before = len(out.violations)
+        if spec.name not in schema.names:
+            if spec.required:
+                out.violations.append(_violation(log, spec.name, "required column is missing"))
+                fatal = True
+            continue
+        file_type = schema.field(spec.name).type
+        if not spec.accepts(file_type):
+            out.violations.append(
+                _violation(log, spec.name, f"type {file_type} is not usable here; expected {spec.accepted_types}")
+            )
+            bad.add(spec.name)
+            fatal |= spec.required
+            continue
+        if spec.name not in table.column_names:
+            if not spec.nullable and log.null_count(spec.name) != 0:
+                nulls = _null_rows(log.read_column(spec.name))
+                if len(nulls):
+                    out.violations.append(_violation(log, spec.name, "must not be null", nulls))
+                    bad.add(spec.name)
+            continue
+        col = table.column(spec.name)
+        if not spec.nullable:
+            nulls = _null_rows(col)
+            if len(nulls):
+                out.violations.append(_violation(log, spec.name, "must not be null", nulls))
+                bad.add(spec.name)
+                fatal |= spec.required
+                continue
+        if spec.name in _FINITE and pa.types.is_floating(col.type):
+            # nulls (allowed in the NLL columns) are not offenders
+            rows = np.flatnonzero(~pc.is_finite(col).fill_null(True).to_numpy(zero_copy_only=False))
+            if len(rows):
+                out.violations.append(_violation(log, spec.name, "must be finite (no NaN, no ±inf)", rows))
+        if spec.name == C.BEHAVIOR_LOGPROBS:
+            lists = plain(col)
+            finite = pc.is_finite(pc.list_flatten(lists)).to_numpy(zero_copy_only=False)
+            if not finite.all():
+                parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
+                rows = np.unique(parents[~finite])
+                out.violations.append(_violation(log, spec.name, "log-probabilities must be finite", rows))
+        if len(out.violations) > before:
+            bad.add(spec.name)
+
+    pair = (C.BEHAVIOR_LOGPROBS, C.ACTION_TOKEN_IDS)
+    if all(name in table.column_names for name in pair) and not bad.intersection(pair):
+        lp = pc.list_value_length(plain(table.column(C.BEHAVIOR_LOGPROBS))).to_numpy(zero_copy_only=False)
+        ti = pc.list_value_length(plain(table.column(C.ACTION_TOKEN_IDS))).to_numpy(zero_copy_only=False)
+        both = ~np.isnan(lp.astype(np.float64)) & ~np.isnan(ti.astype(np.float64))
+        rows = np.flatnonzero(both & (lp != ti))
+        if len(rows):
+            out.violations.append(
+                _violation(log, C.BEHAVIOR_LOGPROBS, "len(behavior_logprobs) must equal len(action_token_ids)", rows)
+            )
+    return bad, fatal
+
+
+@dataclass(frozen=True)
+class _RowIds:
+    """Integer codes of every row's ids (see grouping.id_codes) and its step."""
+
+    traj: np.ndarray  # int64 [N] trajectory code
+    traj_rank: np.ndarray  # int64 [T] each trajectory code's place in sorted traj_id order
+    group: np.ndarray  # int64 [N] episode-group code
+    group_rank: np.ndarray  # int64 [G]
+    step: np.ndarray  # int64 [N]
+
+    def by_id_and_step(self, rows: np.ndarray) -> np.ndarray:
+        """Offending rows sorted by (traj_id, step_idx), whatever the order of the file."""
+        return rows[np.lexsort((self.step[rows], self.traj_rank[self.traj[rows]]))]
+
+
+def _structure_checks(
+    log: Log, out: Inspection, bad: set[str], canonical: bool = True, compiled: bool = False
+) -> StepIndex | None:
+    """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
+    trajectory; then the row index (canonical or file order, see StepIndex). `compiled`
+    builds the index with a compiled kernel (gaca_cli.advantages._kernels, for commands that load them
+    anyway) when the steps are valid; the rules and their reports are the same."""
+    table = log.table
+    n = table.num_rows
+    traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
+    group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))
+    step = plain(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    ids = _RowIds(traj_of_row, traj_rank, group_of_row, group_rank, step)
+    n_traj = len(traj_rank)
+    if compiled:  # every structure rule and the index in compiled passes; the numpy code reports
+        from gaca_cli.log import _kernels as kernels  # numba: imported on use, not by `gaca validate`
+
+        done = np.zeros(0, dtype=bool)
+        if C.DONE in table.column_names and C.DONE not in bad:
+            done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+        episode_reward = np.zeros(0)
+        if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
+            episode_reward = table.column(C.EPISODE_REWARD).cast(pa.float64()).to_numpy()
+        valid, order, starts, lengths, traj_group = kernels.trajectory_index(
+            traj_of_row, step, group_of_row, done, episode_reward, n_traj
+        )
+        if valid:
+            return _index(canonical, ids, order, starts, lengths, traj_group)
+    lengths = np.bincount(traj_of_row, minlength=n_traj).astype(np.int64)
+    starts = np.cumsum(lengths) - lengths
+    in_range = (step >= 0) & (step < lengths[traj_of_row])
+    pos = starts[traj_of_row] + np.where(in_range, step, 0)
+    occupancy = np.bincount(pos[in_range], minlength=n)
+    duplicate = in_range & (occupancy[pos] > 1)
+    if duplicate.any():
+        out.violations.append(
+            _violation(log, C.STEP_IDX, "(traj_id, step_idx) must be unique", ids.by_id_and_step(np.flatnonzero(duplicate)))
+        )
+    # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
+    gap_rows = ids.by_id_and_step(np.flatnonzero(~in_range))
+    if len(gap_rows):
+        out.violations.append(
+            _violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
+        )
+    if duplicate.any() or len(gap_rows):
+        return None
+
+    # rows ordered by (trajectory code, step_idx)
+    order = np.empty(n, dtype=np.int64)
+    order[pos] = np.arange(n, dtype=np.int64)
+    del pos, occupancy, duplicate, in_range
+    return _trajectory_rules(log, out, bad, canonical, ids, order, starts, lengths)
+
+
+def _trajectory_rules(  # noqa: PLR0913
+    log: Log,
+    out: Inspection,
+    bad: set[str],
+    canonical: bool,
+    ids: _RowIds,
+    order: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+) -> StepIndex | None:
+    """The per-trajectory rules, on the rows ordered by (trajectory, step) (`order`, with each
+    trajectory's `starts` and `lengths`); then the index."""
+    table = log.table
+    n = table.num_rows
+    traj_of_row, group_of_row, by_id_and_step = ids.traj, ids.group, ids.by_id_and_step
+    if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
+        er = plain(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
+        differs = er != np.repeat(er[starts], lengths)
+        if differs.any():
+            out.violations.append(
+                _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs]))
+            )
+
+    if C.DONE in table.column_names and C.DONE not in bad:
+        done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+        last = np.zeros(n, dtype=bool)
+        last[order[starts + lengths - 1]] = True
+        early = np.flatnonzero(done & ~last)
+        if len(early):
+            out.violations.append(
+                _violation(
+                    log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early)
+                )
+            )
+
+    traj_group = group_of_row[order[starts]]
+    mixed = group_of_row != traj_group[traj_of_row]
+    if mixed.any():
+        bad_traj = np.unique(traj_of_row[mixed])
+        rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
+        out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
+        return None
+
+    return _index(canonical, ids, order, starts, lengths, traj_group)
+
+
+def _index(  # noqa: PLR0913
+    canonical: bool,
+    ids: _RowIds,
+    order: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    traj_group: np.ndarray,
+) -> StepIndex:
+    """The StepIndex of a log whose rules hold, from the rows ordered by (trajectory code,
+    step) and each trajectory's start, length and group code."""
+    n, n_traj = len(ids.traj), len(ids.traj_rank)
+    traj_of_row, traj_rank, group_rank, step = ids.traj, ids.traj_rank, ids.group_rank, ids.step
+    # canonical order of the trajectories: by sorted group_id, then sorted traj_id
+    by_canon = np.lexsort((traj_rank, group_rank[traj_group]))
+    canonical_start = np.empty(n_traj, dtype=np.int64)
+    canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
+    if not canonical:
+        return StepIndex(order, starts, lengths, traj_group, len(group_rank), canonical_start, traj_of_row)
+    pos = canonical_start[traj_of_row] + step
+    order = np.empty(n, dtype=np.int64)
+    order[pos] = np.arange(n, dtype=np.int64)
+    lengths = lengths[by_canon]
+    return StepIndex(
+        order=order,
+        traj_start=canonical_start[by_canon],
+        traj_len=lengths,
+        traj_group=group_rank[traj_group][by_canon],
+        n_groups=len(group_rank),
+        canonical_start=canonical_start[by_canon],
+        row_traj=np.argsort(by_canon)[traj_of_row],
+    )
+
+
+def _needs_checks(log: Log, command: str, out: Inspection) -> None:
+    names = set(log.file_schema.names)
+    for alternatives in COMMAND_NEEDS[command]:
+        if not names.intersection(alternatives):
+            wanted = " or ".join(f"'{a}'" for a in alternatives)
+            hint = _NEEDS_HINT.get(alternatives, "")
+            out.violations.append(
+                GacaError(f"{command.replace(':', ' --method ')} needs a column {wanted}{hint}", file=log.source,
+                          column=alternatives[0])
+            )
+
+
+_NEEDS_HINT = {
+    (C.NLL_MEAN, C.NLL_SUM, C.BEHAVIOR_LOGPROBS): "; run `gaca score` first to add the NLL columns",
+    (C.ADVANTAGE,): "; run `gaca advantages` first",
+}
+
+
+def _warnings(log: Log, index: StepIndex, bad: set[str], anchors: bool) -> dict[str, int]:
+    traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
+    warnings = {"singleton_groups": int(np.sum(traj_per_group == 1))}
+    name = anchor_column(log.file_schema.names)
+    if anchors and name is not None and name not in bad:
+        warnings.update(anchor_warnings(log, index))
+    return warnings
+
+
+def inspect_log(
+    log: Log, command: str = "validate", canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
+) -> Inspection:
+    """Run every check; collect all violations and the warnings' counts. `canonical` chooses
+    the order of the returned index (see StepIndex); `anchor_warnings=False` leaves the anchor
+    warnings to the caller (`anchor_warnings`, from step groups it computes anyway);
+    `compiled` builds the index with the compiled kernels (see `_structure_checks`)."""
+    out = Inspection()
+    bad, fatal = _column_checks(log, out)
+    _needs_checks(log, command, out)
+    if fatal:  # a required column is missing, unusable or null: nothing else can be checked
+        return out
+    index = _structure_checks(log, out, bad, canonical, compiled)
+    if index is not None:
+        out.warnings = _warnings(log, index, bad, anchor_warnings)
+        out.index = index
+    return out
+
+
+def prepare_log(
+    log: Log, command: str, canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
+) -> tuple[StepIndex, dict[str, int]]:
+    """Run every check and raise the first violation; else return the index and warnings."""
+    result = inspect_log(log, command, canonical, anchor_warnings, compiled)
+    if result.violations:
+        raise result.violations[0]
+    assert result.index is not None
+    return result.index, result.warnings

@@ -1,0 +1,815 @@
+"""The output of `gaca advantages` whichever way it is written, and what it reads.
+
+`write_annotated` splices plain Parquet inputs (their column chunks copied byte for byte, only
+the method's columns encoded) and rewrites everything else (directories, hive partitions,
+files whose schemas differ). These tests check that the two paths give the same file, that
+the spliced file keeps every input column exactly, that only the columns the method uses are
+read (value rules apply to those; types are checked for every column from the footers) and
+that the results do not depend on the order of rows in the file.
+
+Atomicity of the spliced write is tested in tests/log/test_io.py, the splicer itself in
+tests/log/test_parquet_splice.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import gaca_cli.advantages.run as advantages_module
+import gaca_cli.log._splice as parquet_splice
+from gaca_cli.log import columns as C
+from gaca_cli.advantages.run import compute_advantages, read_for_advantages, write_annotated
+from gaca_cli.cli import app
+from gaca_cli.errors import GacaError
+from gaca_cli.log.anchors import ScannedAnchors
+from gaca_cli.advantages.estimators import AdvantagesConfig
+from gaca_cli.log.io import read_log, read_metadata
+
+runner = CliRunner()
+
+METHODS = ("grpo", "gigpo", "gaca")
+METHOD_COLUMNS = {
+    "grpo": {C.RETURN_TO_GO, C.ADV_EPISODE, C.ADV_STEP, C.ADVANTAGE, C.ADV_METHOD},
+    "gigpo": {C.RETURN_TO_GO, C.ADV_EPISODE, C.ADV_STEP, C.STEP_GROUP_ID, C.STEP_GROUP_SIZE, C.ADVANTAGE, C.ADV_METHOD},
+    "gaca": set(C.ADVANTAGES_OUTPUTS),
+}
+
+
+def outputs_of(method: str) -> list[str]:
+    """The method's columns, in the order they are appended (that of ADVANTAGES_OUTPUTS)."""
+    return [n for n in C.ADVANTAGES_OUTPUTS if n in METHOD_COLUMNS[method]]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def invoke(*args) -> object:
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def run_ok(*args) -> str:
+    res = invoke(*args)
+    assert res.exit_code == 0, res.output
+    return res.stdout
+
+
+def error_lines(res) -> list[str]:
+    return [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
+
+
+@pytest.fixture
+def write_paths(monkeypatch) -> list[str]:
+    """The path ("spliced" / "rewritten") each `write_annotated` call of the CLI took."""
+    taken: list[str] = []
+    original = advantages_module.write_annotated
+
+    def recording(*args, **kwargs):
+        taken.append(original(*args, **kwargs))
+        return taken[-1]
+
+    monkeypatch.setattr(advantages_module, "write_annotated", recording)
+    return taken
+
+
+def refuse_splice(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise parquet_splice.SpliceUnsupported("refused by the test")
+
+    monkeypatch.setattr(parquet_splice, "splice_columns", refuse)
+
+
+def library_run(paths, method: str, out: Path, column_map=None, **params) -> str:
+    """read_for_advantages -> compute_advantages -> write_annotated; returns the path taken."""
+    config = AdvantagesConfig(method=method, **params)
+    paths = [str(p) for p in paths]
+    log = read_for_advantages(paths, column_map or {}, config)
+    run = compute_advantages(log, config)
+    return write_annotated(run, out, paths, column_map or {})
+
+
+def kv_metadata(path: Path) -> dict[bytes, bytes]:
+    """The file's key/value metadata without the Arrow schema (compared through read_table)."""
+    meta = dict(pq.read_schema(path).metadata or {})
+    meta.pop(b"ARROW:schema", None)
+    return meta
+
+
+def assert_same_file_content(a: Path, b: Path) -> None:
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    assert ta.schema.equals(tb.schema, check_metadata=True), (ta.schema, tb.schema)
+    for fa, fb in zip(ta.schema, tb.schema):  # field metadata too
+        assert fa.metadata == fb.metadata, (fa, fb)
+    assert ta.equals(tb, check_metadata=True)
+    assert kv_metadata(a) == kv_metadata(b)
+    assert read_metadata(str(a)) == read_metadata(str(b))
+
+
+def sort_by_step(table: pa.Table, traj_col: str = C.TRAJ_ID) -> pa.Table:
+    """Rows sorted by (traj_id as text, step_idx)."""
+    key = pc.cast(table[traj_col], pa.string())
+    return table.append_column("_traj_key", key).sort_by([("_traj_key", "ascending"), (C.STEP_IDX, "ascending")])
+
+
+def assert_outputs_bit_identical(got: pa.Table, want: pa.Table, names) -> None:
+    got, want = sort_by_step(got), sort_by_step(want)
+    assert got.num_rows == want.num_rows
+    assert got["_traj_key"].to_pylist() == want["_traj_key"].to_pylist()
+    assert np.array_equal(got[C.STEP_IDX].to_numpy(), want[C.STEP_IDX].to_numpy())
+    for name in names:
+        if name == C.ADV_METHOD:
+            assert got[name].to_pylist() == want[name].to_pylist()
+            continue
+        g = got[name].to_numpy().astype(np.float64)
+        w = want[name].to_numpy().astype(np.float64)
+        assert np.array_equal(g, w, equal_nan=True), name
+
+
+def rich_table(seed: int = 0) -> pa.Table:
+    """A small log with many Arrow types: large_string text, int32 steps, list<float32>
+    log-probs, a struct, a dictionary-typed column, field metadata; 4 groups x 3 rollouts of
+    2-4 steps whose observations repeat (so gigpo finds step groups), one empty anchor, one
+    group whose rollouts start from different anchors, an `nll_mean` with one null (what gaca
+    uses). Rows in canonical order."""
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {k: [] for k in (
+        "group_id", "traj_id", "step_idx", "prompt", "action", "anchor_obs", "reward", "done",
+        "behavior_logprobs", "nll_mean", "info", "tag",
+    )}
+    for g in range(4):
+        for r in range(3):
+            n_steps = int(rng.integers(2, 5))
+            for t in range(n_steps):
+                rows["group_id"].append(f"g{g}")
+                rows["traj_id"].append(f"g{g}/r{r}")
+                rows["step_idx"].append(t)
+                rows["prompt"].append(f"task {g}; step {t}; rollout {r} ✓")
+                rows["action"].append(f"act-{rng.integers(0, 3)}")
+                anchor = f"room {g}-{min(t, int(rng.integers(0, 3)))}"
+                if (g, r, t) == (1, 2, 0):
+                    anchor = "another start"  # group g1's rollouts start from different anchors
+                if (g, r, t) == (2, 0, 1):
+                    anchor = ""  # an empty anchor
+                rows["anchor_obs"].append(anchor)
+                last = t == n_steps - 1
+                rows["reward"].append(float(rng.integers(0, 2)) if last else -0.1)
+                rows["done"].append(last)
+                logprobs = [float(x) for x in -rng.random(int(rng.integers(1, 4)))]
+                rows["behavior_logprobs"].append(logprobs)
+                rows["nll_mean"].append(None if (g, r, t) == (3, 1, 0) else -sum(logprobs) / len(logprobs))
+                rows["info"].append({"a": int(rng.integers(0, 100)), "b": f"x{t}"})
+                rows["tag"].append(["red", "green", "blue"][int(rng.integers(0, 3))])
+    schema = pa.schema(
+        [
+            pa.field("group_id", pa.string()),
+            pa.field("traj_id", pa.string()),
+            pa.field("step_idx", pa.int32()),
+            pa.field("prompt", pa.large_string()),
+            pa.field("action", pa.large_string()),
+            pa.field("anchor_obs", pa.large_string()),
+            pa.field("reward", pa.float64(), metadata={"unit": "points"}),
+            pa.field("done", pa.bool_()),
+            pa.field("behavior_logprobs", pa.list_(pa.float32())),
+            pa.field("nll_mean", pa.float64()),
+            pa.field("info", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+            pa.field("tag", pa.dictionary(pa.int32(), pa.string())),
+        ],
+        metadata={C.META_SCORE: json.dumps({"model": "tiny"}), "user.note": "kept?"},
+    )
+    return pa.table(rows, schema=schema)
+
+
+def renamed(table: pa.Table, renames: dict[str, str]) -> pa.Table:
+    """`table` with columns renamed, schema metadata kept (rename_columns drops it)."""
+    out = table.rename_columns([renames.get(n, n) for n in table.column_names])
+    return out.replace_schema_metadata(table.schema.metadata)
+
+
+def shuffled(table: pa.Table, seed: int) -> pa.Table:
+    perm = np.random.default_rng(seed).permutation(table.num_rows)
+    return table.take(pa.array(perm))
+
+
+@pytest.fixture(scope="module")
+def example_table(example_log) -> pa.Table:
+    return pq.read_table(example_log)
+
+
+@pytest.fixture
+def rich_log(tmp_path) -> Path:
+    """The rich log, rows shuffled (file order != canonical order), in 3 row groups."""
+    path = tmp_path / "rich.parquet"
+    pq.write_table(shuffled(rich_table(), seed=1), path, row_group_size=14)
+    return path
+
+
+# --------------------------------------------------------------------------- 1. splice == rewrite
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_spliced_and_rewritten_outputs_are_the_same(tmp_path, rich_log, monkeypatch, method):
+    spliced, rewritten = tmp_path / "spliced.parquet", tmp_path / "rewritten.parquet"
+    assert library_run([rich_log], method, spliced) == "spliced"
+    refuse_splice(monkeypatch)
+    assert library_run([rich_log], method, rewritten) == "rewritten"
+    assert_same_file_content(spliced, rewritten)
+    assert pq.read_schema(spliced).field("reward").metadata == {b"unit": b"points"}  # field metadata kept
+    assert json.loads(read_metadata(str(spliced))[C.META_ADVANTAGES])["method"] == method
+    assert read_metadata(str(spliced))[C.META_SCORE] == json.dumps({"model": "tiny"})
+
+
+def test_spliced_and_rewritten_outputs_are_the_same_on_the_example_log(tmp_path, example_log, monkeypatch):
+    spliced, rewritten = tmp_path / "spliced.parquet", tmp_path / "rewritten.parquet"
+    assert library_run([example_log], "gaca", spliced) == "spliced"
+    refuse_splice(monkeypatch)
+    assert library_run([example_log], "gaca", rewritten) == "rewritten"
+    assert_same_file_content(spliced, rewritten)
+
+
+# --------------------------------------------------------------------------- 2. every input column kept
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_spliced_output_keeps_every_input_column_exactly(tmp_path, rich_log, write_paths, method):
+    original = pq.read_table(rich_log)
+    # the types the file round-trips (pyarrow restores them from ARROW:schema)
+    assert original.schema.field("prompt").type == pa.large_string()
+    assert original.schema.field("step_idx").type == pa.int32()
+    assert original.schema.field("behavior_logprobs").type == pa.list_(pa.float32())
+    assert pa.types.is_struct(original.schema.field("info").type)
+    assert pa.types.is_dictionary(original.schema.field("tag").type)
+    assert original.schema.field("reward").metadata == {b"unit": b"points"}
+    out = tmp_path / "out.parquet"
+    run_ok("advantages", rich_log, "--method", method, "-o", out)
+    assert write_paths == ["spliced"]
+    result = pq.read_table(out)
+    assert result.column_names == original.column_names + outputs_of(method)
+    kept = result.select(original.column_names)
+    for got, want in zip(kept.schema, original.schema):
+        assert got.equals(want, check_metadata=True), (got, want)
+    assert kept.equals(original)  # values, row order
+    for name in outputs_of(method):
+        assert result[name].null_count == 0, name
+    assert result.schema.field(C.ADVANTAGE).type == pa.float64()
+    assert set(result[C.ADV_METHOD].to_pylist()) == {method}
+
+
+# --------------------------------------------------------------------------- 3. re-running
+
+
+@pytest.mark.parametrize(("first", "second"), [("gaca", "grpo"), ("grpo", "gaca"), ("gigpo", "gigpo")])
+def test_rerun_on_spliced_output_replaces_the_tool_columns(tmp_path, rich_log, write_paths, first, second):
+    annotated = tmp_path / f"{first}.parquet"
+    run_ok("advantages", rich_log, "--method", first, "-o", annotated)
+    again = tmp_path / f"{first}-{second}.parquet"
+    run_ok("advantages", annotated, "--method", second, "-o", again)
+    reference = tmp_path / f"{second}.parquet"
+    run_ok("advantages", rich_log, "--method", second, "-o", reference)
+    assert write_paths == ["spliced"] * 3
+    result = pq.read_table(again)
+    assert len(result.column_names) == len(set(result.column_names))
+    for name in C.ADVANTAGES_OUTPUTS:
+        assert result.column_names.count(name) == (name in METHOD_COLUMNS[second]), name
+    assert_same_file_content(again, reference)
+
+
+# --------------------------------------------------------------------------- 4. --map
+
+
+def test_map_keeps_the_file_names_and_equals_the_canonical_run(tmp_path, rich_log, write_paths):
+    table = pq.read_table(rich_log)
+    renames = {C.GROUP_ID: "uid", C.TRAJ_ID: "traj_uid", C.ANCHOR_OBS: "obs_text"}  # the scanned anchor too
+    mapped = tmp_path / "mapped.parquet"
+    pq.write_table(renamed(table, renames), mapped, row_group_size=14)
+    out_mapped, out_plain = tmp_path / "out-mapped.parquet", tmp_path / "out-plain.parquet"
+    maps = ["--map", "group_id=uid", "--map", "traj_id=traj_uid", "--map", "anchor_obs=obs_text"]
+    run_ok("advantages", mapped, "--method", "gigpo", *maps, "-o", out_mapped)
+    run_ok("advantages", rich_log, "--method", "gigpo", "-o", out_plain)
+    assert write_paths == ["spliced", "spliced"]
+    result = pq.read_table(out_mapped)
+    assert "uid" in result.column_names and "traj_uid" in result.column_names
+    assert C.GROUP_ID not in result.column_names and C.TRAJ_ID not in result.column_names
+    inverse = {v: k for k, v in renames.items()}
+    restored = renamed(result, inverse)
+    plain = pq.read_table(out_plain)
+    assert restored.schema.equals(plain.schema), (restored.schema, plain.schema)
+    assert restored.equals(plain, check_metadata=True)
+    assert kv_metadata(out_mapped) == kv_metadata(out_plain)
+
+
+def test_map_through_the_rewrite_path_too(tmp_path, rich_log, monkeypatch):
+    table = pq.read_table(rich_log)
+    mapped = tmp_path / "mapped.parquet"
+    pq.write_table(renamed(table, {C.GROUP_ID: "uid"}), mapped)
+    spliced, rewritten = tmp_path / "spliced.parquet", tmp_path / "rewritten.parquet"
+    cmap = {C.GROUP_ID: "uid"}
+    assert library_run([mapped], "gaca", spliced, cmap) == "spliced"
+    refuse_splice(monkeypatch)
+    assert library_run([mapped], "gaca", rewritten, cmap) == "rewritten"
+    assert_same_file_content(spliced, rewritten)
+    assert "uid" in pq.read_schema(spliced).names
+
+
+# --------------------------------------------------------------------------- 5. several files
+
+
+def split_by_group(table: pa.Table, n_parts: int) -> list[pa.Table]:
+    groups = sorted(set(table[C.GROUP_ID].to_pylist()))
+    return [table.filter(pc.is_in(table[C.GROUP_ID], pa.array(groups[i::n_parts]))) for i in range(n_parts)]
+
+
+@pytest.mark.parametrize("as_glob", [False, True], ids=["files", "glob"])
+def test_several_files_with_one_schema_are_spliced(tmp_path, example_log, example_table, write_paths, as_glob):
+    parts = split_by_group(example_table, 2)
+    paths = []
+    for i, part in enumerate(parts):
+        paths.append(tmp_path / f"run-{i}.parquet")
+        pq.write_table(part, paths[-1])
+    out, reference = tmp_path / "out.parquet", tmp_path / "ref.parquet"
+    args = [str(tmp_path / "run-*.parquet")] if as_glob else paths
+    run_ok("advantages", *args, "--method", "gaca", "-o", out)
+    run_ok("advantages", example_log, "--method", "gaca", "-o", reference)
+    assert write_paths == ["spliced", "spliced"]
+    result = pq.read_table(out)
+    # the files' rows, one file after the other, every column kept
+    assert result.select(example_table.column_names).equals(pa.concat_tables(parts))
+    assert_outputs_bit_identical(result, pq.read_table(reference), outputs_of("gaca"))
+
+
+def test_files_with_an_extra_column_are_rewritten(tmp_path, example_log, example_table, write_paths):
+    a, b = split_by_group(example_table, 2)
+    b = b.append_column("note", pa.array([f"n{i}" for i in range(b.num_rows)]))
+    pq.write_table(a, tmp_path / "a.parquet")
+    pq.write_table(b, tmp_path / "b.parquet")
+    out, reference = tmp_path / "out.parquet", tmp_path / "ref.parquet"
+    run_ok("advantages", tmp_path / "a.parquet", tmp_path / "b.parquet", "--method", "gigpo", "-o", out)
+    run_ok("advantages", example_log, "--method", "gigpo", "-o", reference)
+    assert write_paths == ["rewritten", "spliced"]
+    result = pq.read_table(out)
+    assert result["note"].to_pylist() == [None] * a.num_rows + b["note"].to_pylist()
+    assert result.select(example_table.column_names).equals(pa.concat_tables([a, b.drop_columns(["note"])]))
+    assert_outputs_bit_identical(result, pq.read_table(reference), outputs_of("gigpo"))
+
+
+def test_files_with_int_and_float_rewards_are_a_clean_error(tmp_path, example_table, write_paths):
+    """int64 `reward` in one file, double in the other: the schemas cannot be unified
+    (pyarrow's default promotion), so one `Error:` line, exit 1, no output, no traceback."""
+    a, b = split_by_group(example_table, 2)
+    b = b.set_column(b.schema.get_field_index(C.REWARD), C.REWARD, pc.cast(pc.round(b[C.REWARD]), pa.int64()))
+    pq.write_table(a, tmp_path / "a.parquet")
+    pq.write_table(b, tmp_path / "b.parquet")
+    out = tmp_path / "out.parquet"
+    res = invoke("advantages", tmp_path / "a.parquet", tmp_path / "b.parquet", "--method", "grpo", "-o", out)
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    lines = error_lines(res)
+    assert len(lines) == 1, res.stderr
+    assert "schemas do not agree" in lines[0]
+    assert not out.exists()
+    assert write_paths == []
+
+
+def test_files_with_different_column_order_are_rewritten(tmp_path, example_log, example_table, write_paths):
+    """Same columns and types, another order in the second file: splice refuses, the rewrite
+    takes the first file's order."""
+    a, b = split_by_group(example_table, 2)
+    b = b.select(list(reversed(b.column_names)))
+    pq.write_table(a, tmp_path / "a.parquet")
+    pq.write_table(b, tmp_path / "b.parquet")
+    out, reference = tmp_path / "out.parquet", tmp_path / "ref.parquet"
+    run_ok("advantages", tmp_path / "a.parquet", tmp_path / "b.parquet", "--method", "grpo", "-o", out)
+    run_ok("advantages", example_log, "--method", "grpo", "-o", reference)
+    assert write_paths == ["rewritten", "spliced"]
+    result = pq.read_table(out)
+    assert result.column_names == example_table.column_names + outputs_of("grpo")
+    assert result.select(example_table.column_names).equals(pa.concat_tables([a, b.select(a.column_names)]))
+    assert_outputs_bit_identical(result, pq.read_table(reference), outputs_of("grpo"))
+
+
+# --------------------------------------------------------------------------- 6. hive partitions
+
+
+def test_hive_partitions_are_rewritten_with_the_partition_column(tmp_path, example_log, example_table, write_paths):
+    logs = tmp_path / "logs"
+    parts = split_by_group(example_table, 2)
+    for i, part in enumerate(parts, start=1):
+        (logs / f"part={i}").mkdir(parents=True)
+        pq.write_table(part, logs / f"part={i}" / "x.parquet")
+    out, reference = tmp_path / "out.parquet", tmp_path / "ref.parquet"
+    run_ok("advantages", logs, "--method", "gigpo", "-o", out)
+    run_ok("advantages", example_log, "--method", "gigpo", "-o", reference)
+    assert write_paths == ["rewritten", "spliced"]
+    result = pq.read_table(out)
+    as_read = read_log([logs]).table
+    assert "part" in result.column_names
+    assert result.schema.field("part").type == as_read.schema.field("part").type
+    assert result["part"].to_pylist() == as_read["part"].to_pylist()
+    # each row carries the number of the directory it came from
+    want = {t: i for i, part in enumerate(parts, start=1) for t in part[C.TRAJ_ID].to_pylist()}
+    assert [int(p) for p in result["part"].to_pylist()] == [want[t] for t in result[C.TRAJ_ID].to_pylist()]
+    assert_outputs_bit_identical(result, pq.read_table(reference), outputs_of("gigpo"))
+
+
+# --------------------------------------------------------------------------- 7. unused columns
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_columns_read_by_each_method(rich_log, method):
+    log = read_for_advantages([str(rich_log)], {}, AdvantagesConfig(method=method))
+    names = set(log.table.column_names)
+    assert {C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.REWARD, C.DONE, C.BEHAVIOR_LOGPROBS} <= names
+    assert not names & {C.PROMPT, C.ACTION, "info", "tag"}
+    # the anchor text stays on disk: its hashes come from a streaming pass over the pages
+    # (gigpo/gaca group by it; every method reports its warnings)
+    assert C.ANCHOR_OBS not in names
+    assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
+    assert set(log.file_schema.names) == set(pq.read_schema(rich_log).names)  # every column's type known
+
+
+def no_scan(monkeypatch) -> None:
+    """Make the anchor scan decline, as it does for layouts it does not know."""
+    import gaca_cli.log._anchor_scan as anchor_scan
+
+    monkeypatch.setattr(anchor_scan, "scan_anchors", lambda files, column: None)
+
+
+def run_of(path: Path, config: AdvantagesConfig):
+    """What `gaca advantages` computes for one file (no output written)."""
+    return compute_advantages(read_for_advantages([str(path)], {}, config), config)
+
+
+def scanned_then_read(path: Path, config: AdvantagesConfig, anchor: str, monkeypatch):
+    """The run with the anchor column streamed (checked to be), and the run with it read."""
+    log = read_for_advantages([str(path)], {}, config)
+    assert isinstance(log.cache[("anchors", anchor)], ScannedAnchors)
+    scanned = compute_advantages(log, config)
+    with monkeypatch.context() as m:
+        no_scan(m)
+        log = read_for_advantages([str(path)], {}, config)
+        assert anchor in log.table.column_names
+        read = compute_advantages(log, config)
+    return scanned, read
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("similarity", [None, 0.5])
+@pytest.mark.parametrize("layout", ["plain", "dictionary", "pages"])
+def test_scanned_anchors_give_the_outputs_of_read_anchors(tmp_path, rich_log, monkeypatch, method, similarity, layout):
+    """The streamed anchors (hashes and exact comparisons from the pages) and the anchors read
+    into memory by polars (what the scan falls back to) give the same file, summary included,
+    whatever the anchor column's encoding."""
+    table = pq.read_table(rich_log)
+    path = tmp_path / "log.parquet"
+    options = {"plain": {"use_dictionary": False}, "dictionary": {"use_dictionary": True},
+               "pages": {"use_dictionary": False, "data_page_size": 64, "data_page_version": "2.0"}}[layout]
+    pq.write_table(table, path, row_group_size=9, **options)
+    params = {} if similarity is None else {"anchor_similarity": similarity}
+    config = AdvantagesConfig(method=method, **params)
+    scanned, read = scanned_then_read(path, config, C.ANCHOR_OBS, monkeypatch)
+    assert scanned.new_columns.equals(read.new_columns)
+    assert scanned.summary == read.summary
+    assert scanned.summary["warnings"]["empty_anchors"] == 1
+    assert scanned.summary["warnings"]["differing_initial_anchors"] == 1
+
+
+@pytest.mark.parametrize("method", ["gigpo", "gaca"])
+def test_scanned_anchor_key_wins_and_matches_the_read_key(tmp_path, rich_log, monkeypatch, method):
+    """A string `anchor_key` (coarser than the text here) is the column scanned, and gives
+    what reading it gives."""
+    table = pq.read_table(rich_log)
+    key = pa.array([f"k{len(t)}" for t in table[C.ANCHOR_OBS].to_pylist()], pa.string())
+    path = tmp_path / "keyed.parquet"
+    pq.write_table(table.append_column(C.ANCHOR_KEY, key), path, row_group_size=9)
+    config = AdvantagesConfig(method=method)
+    scanned, read = scanned_then_read(path, config, C.ANCHOR_KEY, monkeypatch)
+    assert scanned.new_columns.equals(read.new_columns)
+    assert scanned.summary == read.summary
+    groups = scanned.new_columns.column(C.STEP_GROUP_ID).to_numpy()
+    plain = run_of(rich_log, config)
+    assert len(np.unique(groups)) < len(np.unique(plain.new_columns.column(C.STEP_GROUP_ID).to_numpy()))
+
+
+@pytest.mark.parametrize("method", ["grpo", "gigpo", "gaca"])
+def test_scanned_anchors_with_colliding_hashes(tmp_path, rich_log, monkeypatch, method):
+    """Hashes of the streamed anchors folded into 3 values (collisions everywhere, inside and
+    across row groups): the exact comparisons from the pages split them again, and outputs
+    and warnings are those of the honest hashes."""
+    config = AdvantagesConfig(method=method)
+    honest = run_of(rich_log, config)
+    monkeypatch.setattr(ScannedAnchors, "file_hashes", lambda self: self.scan.hashes % np.uint64(3))
+    log = read_for_advantages([str(rich_log)], {}, config)
+    assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
+    folded = compute_advantages(log, config)
+    assert folded.new_columns.equals(honest.new_columns)
+    assert folded.summary == honest.summary
+
+
+def test_scan_declined_reads_the_anchor_and_writes_the_same_file(tmp_path, rich_log, monkeypatch):
+    """When the scan declines, the anchor column is read after the others (only it), and the
+    output file is the same."""
+    scanned_out, read_out = tmp_path / "scanned.parquet", tmp_path / "read.parquet"
+    assert library_run([rich_log], "gaca", scanned_out) == "spliced"
+    no_scan(monkeypatch)
+    assert library_run([rich_log], "gaca", read_out) == "spliced"
+    assert_same_file_content(scanned_out, read_out)
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_null_prompt_is_an_error_without_reading_the_prompts(tmp_path, example_table, write_paths, statistics, monkeypatch):
+    """advantages does not read the prompts, yet runs the same null check as validate: from
+    the footer's null counts when the file has statistics (the column is then never read),
+    else by reading that column alone. One Error line naming the rows, no output."""
+    prompts = example_table[C.PROMPT].to_pylist()
+    prompts[3] = prompts[10] = None
+    table = example_table.set_column(
+        example_table.schema.get_field_index(C.PROMPT), C.PROMPT, pa.array(prompts, pa.large_string())
+    )
+    src = tmp_path / "nulls.parquet"
+    pq.write_table(table, src, write_statistics=statistics)
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(example_table, clean, write_statistics=statistics)
+    for method in METHODS:
+        out = tmp_path / f"{method}.parquet"
+        res = invoke("advantages", src, "--method", method, "-o", out)
+        assert res.exit_code == 1, res.output
+        lines = error_lines(res)
+        assert len(lines) == 1 and "'prompt'" in lines[0] and "null" in lines[0], res.stderr
+        assert not out.exists()
+    res = invoke("validate", src)
+    assert res.exit_code == 1, res.output
+    assert "prompt" in res.output and "null" in res.output
+    # with statistics a clean log's prompts are never read
+    from gaca_cli.log.io import Log
+
+    reads = []
+    original = Log.read_column
+    monkeypatch.setattr(Log, "read_column", lambda self, column: reads.append(column) or original(self, column))
+    run_ok("advantages", clean, "--method", "gaca", "-o", tmp_path / "clean-out.parquet")
+    assert (C.PROMPT in reads) == (not statistics)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_prompt_of_unusable_type_is_an_error(tmp_path, example_table, write_paths, method):
+    table = example_table.set_column(
+        example_table.schema.get_field_index(C.PROMPT), C.PROMPT, pa.array(np.arange(example_table.num_rows))
+    )
+    src, out = tmp_path / "int-prompt.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src)
+    res = invoke("advantages", src, "--method", method, "-o", out)
+    assert res.exit_code == 1, res.output
+    lines = error_lines(res)
+    assert len(lines) == 1, res.stderr
+    assert "'prompt'" in lines[0] and "int64" in lines[0], lines[0]
+    assert not out.exists()
+    assert write_paths == []
+
+
+# --------------------------------------------------------------------------- 8. anchors
+
+
+def test_grpo_needs_no_anchor(tmp_path, example_table, write_paths):
+    src, out = tmp_path / "no-anchor.parquet", tmp_path / "out.parquet"
+    pq.write_table(example_table.drop_columns([C.ANCHOR_OBS]), src)
+    run_ok("advantages", src, "--method", "grpo", "-o", out)
+    assert write_paths == ["spliced"]
+    assert C.ANCHOR_OBS not in pq.read_table(out).column_names
+    res = invoke("advantages", src, "--method", "gigpo", "-o", tmp_path / "gigpo.parquet")
+    assert res.exit_code == 1, res.output
+    assert len(error_lines(res)) == 1 and "anchor" in error_lines(res)[0], res.stderr
+
+
+def test_null_anchor_is_an_error_for_every_method(tmp_path, example_table, write_paths):
+    anchors = example_table[C.ANCHOR_OBS].to_pylist()
+    anchors[5] = None
+    table = example_table.set_column(
+        example_table.schema.get_field_index(C.ANCHOR_OBS), C.ANCHOR_OBS, pa.array(anchors, pa.large_string())
+    )
+    src = tmp_path / "null-anchor.parquet"
+    pq.write_table(table, src)
+    for method in METHODS:
+        bad_out = tmp_path / f"{method}.parquet"
+        res = invoke("advantages", src, "--method", method, "-o", bad_out)
+        assert res.exit_code == 1, res.output
+        lines = error_lines(res)
+        assert len(lines) == 1 and "'anchor_obs'" in lines[0], res.stderr
+        assert not bad_out.exists()
+    assert write_paths == []
+
+
+# --------------------------------------------------------------------------- 9. row order
+
+
+SHUFFLE_CASES = [
+    ("grpo",),
+    ("gigpo", "--anchor-similarity", "0.8"),
+    ("gaca",),
+    ("gaca", "--nll-scope", "batch", "--anchor-similarity", "0.6", "--nll-reduce", "sum", "--episode-stats", "steps"),
+]
+
+
+@pytest.mark.parametrize("case", SHUFFLE_CASES, ids=lambda c: " ".join(c))
+def test_shuffled_log_gives_bit_identical_outputs_and_summary(tmp_path, example_log, example_table, write_paths, case):
+    method, *options = case
+    src = tmp_path / "shuffled.parquet"
+    pq.write_table(shuffled(example_table, seed=7), src, row_group_size=100)
+    out_a, out_b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    summary_a = json.loads(run_ok("advantages", example_log, "--method", method, *options, "-o", out_a, "--json"))
+    summary_b = json.loads(run_ok("advantages", src, "--method", method, *options, "-o", out_b, "--json"))
+    assert write_paths == ["spliced", "spliced"]
+    assert summary_a.pop("output") == str(out_a) and summary_b.pop("output") == str(out_b)
+    assert summary_a == summary_b
+    a, b = pq.read_table(out_a), pq.read_table(out_b)
+    assert b.select(example_table.column_names).equals(pq.read_table(src))  # the file's row order kept
+    assert_outputs_bit_identical(b, a, outputs_of(method))
+
+
+def test_shuffled_rich_log_matches_its_canonical_order(tmp_path, rich_log, write_paths):
+    """The rich fixture is stored shuffled; the same rows in canonical order give the same
+    values and summary (integer-valued rewards, struct and dictionary columns along)."""
+    canonical = tmp_path / "canonical.parquet"
+    pq.write_table(rich_table(), canonical)
+    for method in METHODS:
+        out_a, out_b = tmp_path / f"{method}-a.parquet", tmp_path / f"{method}-b.parquet"
+        sa = json.loads(run_ok("advantages", canonical, "--method", method, "-o", out_a, "--json"))
+        sb = json.loads(run_ok("advantages", rich_log, "--method", method, "-o", out_b, "--json"))
+        sa.pop("output"), sb.pop("output")
+        assert sa == sb, method
+        assert_outputs_bit_identical(pq.read_table(out_b), pq.read_table(out_a), outputs_of(method))
+        if method != "grpo":  # the warnings are counted (and the same) in both orders
+            assert sb["warnings"]["empty_anchors"] == 1 and sb["warnings"]["differing_initial_anchors"] == 1, sb
+    assert sb["criticality_column"] == C.NLL_MEAN  # gaca, the last method run
+    assert sb["lambda"]["corr_with_nll"] is not None
+
+
+def test_library_errors_are_gaca_errors_for_unreadable_input(tmp_path):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(GacaError):
+        library_run([bad], "grpo", tmp_path / "out.parquet")
+
+
+def test_files_in_another_order_give_the_same_values_and_summary(tmp_path, example_table, write_paths):
+    parts = split_by_group(example_table, 3)
+    paths = []
+    for i, part in enumerate(parts):
+        paths.append(tmp_path / f"run-{i}.parquet")
+        pq.write_table(part, paths[-1])
+    out_a, out_b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    sa = json.loads(run_ok("advantages", *paths, "--method", "gaca", "-o", out_a, "--json"))
+    sb = json.loads(run_ok("advantages", *reversed(paths), "--method", "gaca", "-o", out_b, "--json"))
+    assert write_paths == ["spliced", "spliced"]
+    sa.pop("output"), sb.pop("output")
+    assert sa == sb
+    assert_outputs_bit_identical(pq.read_table(out_b), pq.read_table(out_a), outputs_of("gaca"))
+
+
+def test_an_empty_file_among_the_inputs_is_rewritten(tmp_path, example_log, example_table, write_paths):
+    """A file with no rows (one empty row group) cannot be spliced; the rewrite gives the
+    same values as the single file."""
+    a, b = split_by_group(example_table, 2)
+    paths = [tmp_path / "a.parquet", tmp_path / "empty.parquet", tmp_path / "b.parquet"]
+    for table, path in zip((a, example_table.slice(0, 0), b), paths):
+        pq.write_table(table, path)
+    out, reference = tmp_path / "out.parquet", tmp_path / "ref.parquet"
+    run_ok("advantages", *paths, "--method", "gigpo", "-o", out)
+    run_ok("advantages", example_log, "--method", "gigpo", "-o", reference)
+    assert write_paths == ["rewritten", "spliced"]
+    result = pq.read_table(out)
+    assert result.select(example_table.column_names).equals(pa.concat_tables([a, b]))
+    assert_outputs_bit_identical(result, pq.read_table(reference), outputs_of("gigpo"))
+
+
+def test_directory_whose_second_file_has_an_extra_column_keeps_it(tmp_path, example_table, write_paths):
+    """Two plain files keep a column only one of them has (test_files_with_an_extra_column_are_rewritten);
+    the same two files in a directory must too, not lose it silently (pyarrow's dataset takes
+    its schema from the first file alone; io._dataset unifies every file's)."""
+    a, b = split_by_group(example_table, 2)
+    b = b.append_column("note", pa.array([f"n{i}" for i in range(b.num_rows)]))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(a, logs / "a.parquet")
+    pq.write_table(b, logs / "b.parquet")
+    out = tmp_path / "out.parquet"
+    run_ok("advantages", logs, "--method", "grpo", "-o", out)
+    assert write_paths == ["rewritten"]
+    result = pq.read_table(out)
+    assert "note" in result.column_names
+    assert result["note"].to_pylist() == [None] * a.num_rows + b["note"].to_pylist()
+
+
+def test_anchor_key_wins_and_anchor_obs_is_not_read(tmp_path, example_table, write_paths):
+    """With anchor_key present, gigpo reads it and not anchor_obs (whose nulls are still
+    checked, from the footer)."""
+    codes = pc.cast(pc.binary_length(example_table[C.ANCHOR_OBS]), pa.int64())  # any stable key
+    anchors = example_table[C.ANCHOR_OBS].to_pylist()
+    table = example_table.append_column(C.ANCHOR_KEY, codes)
+    src, out = tmp_path / "keyed.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src)
+    log = read_for_advantages([str(src)], {}, AdvantagesConfig(method="gigpo"))
+    assert C.ANCHOR_KEY in log.table.column_names and C.ANCHOR_OBS not in log.table.column_names
+    run_ok("advantages", src, "--method", "gigpo", "-o", out)
+    assert write_paths == ["spliced"]
+    result = pq.read_table(out)
+    assert result[C.ANCHOR_OBS].to_pylist() == anchors
+    # step groups follow the key: rows with equal (group_id, key) share a step group
+    pairs = set(zip(*(result[n].to_pylist() for n in (C.GROUP_ID, C.ANCHOR_KEY, C.STEP_GROUP_ID))))
+    assert len(pairs) == len({(g, k) for g, k, _ in pairs}) == len({s for _, _, s in pairs})
+
+
+def random_log(seed: int) -> pa.Table:
+    """A seeded random log: 1-5 groups of 1-4 rollouts of 1-5 steps, trajectory ids in an
+    order unrelated to the groups, anchors made of a few repeated words (exact and near
+    matches), rewards with ties, nll_mean with some nulls."""
+    rng = np.random.default_rng(seed)
+    words = ["hall", "kitchen", "garden", "key", "door", "lamp"]
+    rows: dict[str, list] = {k: [] for k in (C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.ANCHOR_OBS, C.REWARD, C.NLL_MEAN)}
+    for g in range(int(rng.integers(1, 6))):
+        for r in range(int(rng.integers(1, 5))):
+            traj = f"{rng.integers(0, 10**6)}-{g}-{r}"
+            for t in range(int(rng.integers(1, 6))):
+                rows[C.GROUP_ID].append(f"g{g}")
+                rows[C.TRAJ_ID].append(traj)
+                rows[C.STEP_IDX].append(t)
+                rows[C.ANCHOR_OBS].append(" ".join(rng.choice(words, size=int(rng.integers(1, 4)))))
+                rows[C.REWARD].append(float(rng.choice([0.0, 1.0, -0.1, 0.5])))
+                rows[C.NLL_MEAN].append(None if rng.random() < 0.1 else float(rng.random() * 3))
+    return pa.table(rows)
+
+
+RANDOM_CONFIGS = [
+    {"method": "grpo"},
+    {"method": "gigpo", "anchor_similarity": 0.6},
+    {"method": "gaca", "anchor_similarity": 0.5, "nll_scope": "group"},
+    {"method": "gaca", "nll_scope": "batch", "episode_stats": "steps"},
+]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_order_invariance_on_random_logs(tmp_path, seed):
+    """Library level (no writing): the method's columns, matched by (traj_id, step_idx), and
+    the summary are bit-identical for a log and a shuffled copy in small row groups."""
+    table = random_log(seed)
+    perm = np.random.default_rng(seed + 1000).permutation(table.num_rows)
+    canonical, permuted = tmp_path / "canonical.parquet", tmp_path / "shuffled.parquet"
+    pq.write_table(table, canonical)
+    pq.write_table(table.take(pa.array(perm)), permuted, row_group_size=7)
+    for params in RANDOM_CONFIGS:
+        config = AdvantagesConfig(**params)
+        a = compute_advantages(read_for_advantages([str(canonical)], {}, config), config)
+        b = compute_advantages(read_for_advantages([str(permuted)], {}, config), config)
+        assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True), params
+        assert a.new_columns.column_names == b.new_columns.column_names == outputs_of(params["method"])
+        for name in outputs_of(params["method"]):
+            if name == C.ADV_METHOD:
+                continue
+            want = a.new_columns[name].to_numpy().astype(np.float64)[perm]  # canonical rows in shuffled order
+            got = b.new_columns[name].to_numpy().astype(np.float64)
+            assert np.array_equal(got, want, equal_nan=True), (params, name)
+
+
+@pytest.mark.parametrize("first", ["int", "float"])
+def test_directory_with_int_and_float_rewards_is_a_clean_error(tmp_path, example_table, first):
+    """As for separate files: a reward column that is int64 in one file of a directory and
+    double in the other is one Error line, whichever file comes first."""
+    a, b = split_by_group(example_table, 2)
+    as_int = lambda t: t.set_column(t.schema.get_field_index(C.REWARD), C.REWARD, pc.cast(pc.round(t[C.REWARD]), pa.int64()))  # noqa: E731
+    a, b = (as_int(a), b) if first == "int" else (a, as_int(b))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(a, logs / "a.parquet")
+    pq.write_table(b, logs / "b.parquet")
+    res = invoke("advantages", logs, "--method", "grpo", "-o", tmp_path / "out.parquet")
+    assert res.exit_code == 1, res.output
+    assert len(error_lines(res)) == 1 and "schemas do not agree" in res.output
+    assert not (tmp_path / "out.parquet").exists()
+
+
+def test_mapping_an_output_name_as_input_is_a_clean_error(tmp_path, example_table):
+    """`--map reward=advantage` reads the log's `advantage` column as the reward; the output
+    would then hold two `advantage` columns: one Error line naming it, no output file."""
+    table = example_table.rename_columns([C.ADVANTAGE if n == C.REWARD else n for n in example_table.column_names])
+    src, out = tmp_path / "renamed.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src)
+    res = invoke("advantages", src, "--method", "grpo", "--map", f"{C.REWARD}={C.ADVANTAGE}", "-o", out)
+    assert res.exit_code == 1, res.output
+    assert len(error_lines(res)) == 1 and f"'{C.ADVANTAGE}'" in res.output
+    assert not out.exists()
+
+
+def test_a_column_type_polars_lacks_falls_back_to_pyarrow(tmp_path, example_table, write_paths):
+    """The anchor is read by polars, which parses every column's type: a file with a type it
+    lacks (here a list_view column) is read by pyarrow instead, and spliced as usual."""
+    table = example_table.append_column("lv", pa.array([[1, 2]] * example_table.num_rows, type=pa.list_view(pa.int64())))
+    src, out = tmp_path / "lv.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src)
+    run_ok("advantages", src, "--method", "gigpo", "-o", out)
+    assert write_paths == ["spliced"]
+    result = pq.read_table(out)
+    assert result.select(table.column_names).equals(table)

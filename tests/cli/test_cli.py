@@ -1,0 +1,162 @@
+"""The command line as a user meets it: help text, README coverage, `--json`, usage errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gaca_cli.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+def command_names() -> list[str]:
+    """Every command registered on the app (whatever the command modules register)."""
+    group = typer.main.get_command(app)
+    return sorted(group.commands)  # a click-style group (typer vendors click)
+
+
+def test_core_commands_registered():
+    assert {"validate", "advantages"} <= set(command_names())
+
+
+def test_top_level_help_lists_every_command():
+    res = runner.invoke(app, ["--help"])
+    assert res.exit_code == 0
+    for name in command_names():
+        assert name in res.stdout
+    assert "Exit status" in res.stdout
+
+
+@pytest.mark.parametrize("name", command_names())
+def test_command_help(name):
+    """`gaca NAME --help` exits 0, has a summary and an `Example:` running that command."""
+    res = runner.invoke(app, [name, "--help"])
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    assert f"gaca {name}" in text
+    assert "Example" in text, f"`gaca {name} --help` shows no Example"
+    example = text[text.index("Example") :]
+    assert f"gaca {name}" in example, f"the Example of {name} does not run `gaca {name}`"
+    short = typer.main.get_command(app).commands[name].get_short_help_str(limit=200)
+    assert short.strip(), f"{name} has no summary"
+
+
+def test_python_m_help():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gaca_cli", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "advantages" in proc.stdout
+
+
+def test_readme_mentions_every_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [n for n in command_names() if f"gaca {n}" not in readme]
+    assert not missing, f"README does not mention: {missing}"
+
+
+# --------------------------------------------------------------------------- --json
+
+
+def test_advantages_json(tmp_path, example_log):
+    out = tmp_path / "adv.parquet"
+    res = runner.invoke(app, ["advantages", str(example_log), "--method", "gaca", "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)  # stdout holds exactly one JSON document
+    table = pq.read_table(example_log)
+    assert summary["output"] == str(out)
+    assert summary["method"] == "gaca"
+    assert summary["rows"] == table.num_rows
+    assert summary["trajectories"] == len(pc.unique(table["traj_id"]))
+    assert summary["groups"] == len(pc.unique(table["group_id"]))
+    assert 0.0 <= summary["step_signal_share"] <= 1.0
+    lam = summary["lambda"]
+    for key in ("mean", "min", "max", "corr_with_nll"):
+        assert key in lam
+    assert lam["min"] <= lam["mean"] <= lam["max"]
+    assert summary["mean_abs_adv_episode"] >= 0
+    assert summary["mean_abs_weighted_adv_step"] >= 0
+    assert sum(summary["steps_by_step_group_size"].values()) == table.num_rows
+    # the annotated column agrees with the summary
+    weights = pq.read_table(out)["gaca_weight"]
+    assert pc.min(weights).as_py() == pytest.approx(lam["min"])
+    assert pc.max(weights).as_py() == pytest.approx(lam["max"])
+
+
+def test_advantages_json_grpo_has_no_lambda(tmp_path, example_log):
+    res = runner.invoke(app, ["advantages", str(example_log), "--method", "grpo", "-o", str(tmp_path / "a.parquet"), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["step_signal_share"] == 0.0
+    assert not summary.get("lambda")
+
+
+def test_advantages_human_summary_goes_to_stderr(tmp_path, example_log):
+    res = runner.invoke(app, ["advantages", str(example_log), "--method", "gaca", "-o", str(tmp_path / "a.parquet")])
+    assert res.exit_code == 0, res.output
+    assert res.stdout == ""  # stdout is for data only
+    for label in ("rows", "trajectories", "λ"):
+        assert label in res.stderr
+
+
+def test_validate_json(example_log):
+    res = runner.invoke(app, ["validate", str(example_log), "--json"])
+    assert res.exit_code == 0
+    report = json.loads(res.stdout)
+    assert report["ok"] is True
+    assert report["rows"] == pq.read_metadata(example_log).num_rows
+
+
+# --------------------------------------------------------------------------- usage errors
+
+USAGE_ERRORS = [
+    (["--method", "foo"], ["method"]),
+    (["--beta", "-1"], ["beta"]),
+    (["--lambda-min", "0.9", "--lambda-max", "0.1"], ["lambda-min", "lambda_min"]),
+    (["--anchor-similarity", "1.5"], ["anchor-similarity", "anchor_similarity"]),
+    (["--gamma", "2"], ["gamma"]),
+    (["--norm", "l2"], ["norm"]),
+    (["--nll-scope", "episode"], ["nll-scope", "nll_scope"]),
+    (["--nll-reduce", "max"], ["nll-reduce", "nll_reduce"]),
+    (["--episode-stats", "all"], ["episode-stats", "episode_stats"]),
+    (["--step-weight", "-0.5"], ["step-weight", "step_weight"]),
+]
+
+
+@pytest.mark.parametrize("args,names", USAGE_ERRORS, ids=[a[0] for a, _ in USAGE_ERRORS])
+def test_usage_errors_exit_2(tmp_path, example_log, args, names):
+    out = tmp_path / "adv.parquet"
+    res = runner.invoke(app, ["advantages", str(example_log), *args, "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert any(n in res.stderr for n in names), res.stderr
+    assert args[1] in res.stderr  # the bad value is quoted back
+    assert not out.exists()
+
+
+def test_usage_error_unknown_option(tmp_path, example_log):
+    res = runner.invoke(app, ["advantages", str(example_log), "--bogus", "-o", str(tmp_path / "a.parquet")])
+    assert res.exit_code == 2
+    assert "--bogus" in res.stderr
+
+
+def test_validate_unknown_for(example_log):
+    res = runner.invoke(app, ["validate", str(example_log), "--for", "nonsense"])
+    assert res.exit_code == 2
+    assert "--for" in res.stderr
+
+
+def test_several_inputs_need_o(tmp_path, example_log):
+    res = runner.invoke(app, ["advantages", str(example_log), str(example_log)])
+    assert res.exit_code == 2
+    assert "-o" in res.stderr

@@ -1,0 +1,173 @@
+"""`gaca inspect` on the command line: stdout holds the data (plain text when piped, or JSON),
+errors are one `Error:` line on stderr with exit 1, usage errors exit 2, `--plot` writes a
+real PNG, and the command never imports torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gaca_cli.log import columns as C
+from gaca_cli.cli import app
+from gaca_cli.errors import GacaError
+from gaca_cli.inspect.data import InspectConfig, load_annotated, plot_data
+from tests.conftest import EXAMPLE_LOG, ROOT
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["inspect", *args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("inspect-cli") / "annotated.parquet"
+    result = CliRunner().invoke(app, ["advantages", str(EXAMPLE_LOG), "--method", "gaca", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return str(out)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--traj", "task-00/r0"],
+        ["--group", "task-03", "--wide"],
+        ["--top", "5", "--by", "weight"],
+        ["--compare", "grpo,gigpo,gaca"],
+    ],
+    ids=["overview", "traj", "group-wide", "top", "compare"],
+)
+def test_piped_output_is_plain_text(annotated, args, monkeypatch):
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    result = invoke(annotated, *args)
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stdout and "gaca inspect" in result.stdout
+    assert result.stderr == ""
+
+
+def test_wide_shows_actions_and_anchors_in_full(annotated):
+    narrow = invoke(annotated, "--group", "task-03").stdout
+    wide = invoke(annotated, "--group", "task-03", "--wide").stdout
+    assert "The garden door is locked. You carry a brass key." not in narrow
+    assert "The garden door is locked. You carry a brass key." in " ".join(wide.split())
+
+
+def test_json_is_the_same_data(annotated):
+    result = invoke(annotated, "--traj", "task-02/r4", "--json")
+    data = json.loads(result.stdout)
+    assert data["view"] == "steps" and data["selection"]["traj"] == "task-02/r4"
+    rows = pq.read_table(annotated).filter(pc.field("traj_id") == "task-02/r4").sort_by("step_idx").to_pylist()
+    steps = data["trajectories"][0]["steps"]
+    assert [s["advantage"] for s in steps] == [r["advantage"] for r in rows]
+    assert [s["anchor"] for s in steps] == [r["anchor_obs"] for r in rows]  # full text, not truncated
+
+
+def test_unknown_id_is_an_error_with_suggestions(annotated):
+    result = invoke(annotated, "--traj", "task-00/r9")
+    assert result.exit_code == 1 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and "'task-00/r9'" in line and "closest: 'task-00/r" in line
+    result = invoke(annotated, "--group", "task-8")
+    assert result.exit_code == 1 and "closest: 'task-0" in result.stderr
+
+
+def test_a_log_without_advantages_says_what_to_run(tmp_path):
+    """A log that went through `gaca score` (NLL columns) but not `gaca advantages`."""
+    table = pq.read_table(EXAMPLE_LOG)
+    nll = [-float(np.mean(lp)) for lp in table.column(C.BEHAVIOR_LOGPROBS).to_pylist()]
+    table = table.append_column(C.NLL_MEAN, pa.array(nll, pa.float64()))
+    scored = tmp_path / "scored.parquet"
+    pq.write_table(table, scored)
+    result = invoke(str(scored))
+    assert result.exit_code == 1
+    assert "'advantage'" in result.stderr and "run `gaca advantages` first" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--traj", "a", "--group", "b"],
+        ["--top", "0"],
+        ["--by", "reward"],
+        ["--compare", "gaca"],
+        ["--compare", "grpo,ppo"],
+        ["--compare", "grpo,gaca", "--by", "nll"],
+    ],
+)
+def test_usage_errors_exit_2(annotated, args):
+    result = CliRunner().invoke(app, ["inspect", annotated, *args])
+    assert result.exit_code == 2, result.output
+
+
+def test_help_has_an_example():
+    result = CliRunner().invoke(app, ["inspect", "--help"])
+    assert result.exit_code == 0 and "Example: gaca inspect" in result.stdout
+
+
+def test_plot_writes_a_png(annotated, tmp_path):
+    out = tmp_path / "figures.png"
+    result = invoke(annotated, "--traj", "task-01/r2", "--plot", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)  # stdout stays pure JSON; the note goes to stderr
+    assert f"wrote {out}" in result.stderr
+    data = out.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 20_000
+    from matplotlib.image import imread
+
+    pixels = imread(out)
+    assert pixels.shape[:2] == (850, 1200)
+    # four panels of drawings, not a blank canvas: many distinct colours, plenty of ink
+    rgb = (pixels[..., :3] * 255).astype(np.uint8).reshape(-1, 3)
+    assert len(np.unique(rgb, axis=0)) > 50
+    assert np.mean(rgb.sum(axis=1) < 600) > 0.03
+
+
+def test_plot_data_follows_the_selection(annotated):
+    a = load_annotated([annotated])
+    data = plot_data(a, InspectConfig(group="task-05"))
+    assert data.traj_id == "task-05/r0" and list(data.advantages) == ["grpo", "gigpo", "gaca"]
+    np.testing.assert_array_equal(data.advantages["gaca"], a.values[C.ADVANTAGE])
+    assert not data.weight_recomputed
+    data = plot_data(a, InspectConfig(compare=("gigpo", "gaca")))
+    assert list(data.advantages) == ["gigpo", "gaca"]
+
+
+def test_plot_data_of_a_grpo_file_recomputes_lambda(tmp_path):
+    out = tmp_path / "grpo.parquet"
+    assert CliRunner().invoke(app, ["advantages", str(EXAMPLE_LOG), "-m", "grpo", "-o", str(out)]).exit_code == 0
+    data = plot_data(load_annotated([str(out)]), InspectConfig())
+    assert data.weight_recomputed and data.lambda_bar == 0.5
+    assert data.weight is not None and np.all((data.weight >= 0) & (data.weight <= 1))
+
+
+def test_plot_without_matplotlib_names_the_extra(annotated, tmp_path, monkeypatch):
+    from gaca_cli.inspect.plot import save_figure
+
+    data = plot_data(load_annotated([annotated]), InspectConfig())
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # `import` now raises ImportError
+    with pytest.raises(GacaError, match=r"pip install 'gaca-cli\[plot\]'"):
+        save_figure(data, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_inspect_does_not_import_torch(annotated):
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from gaca_cli.cli import app\n"
+        f"r = CliRunner().invoke(app, ['inspect', {annotated!r}, '--compare', 'grpo,gaca', '--traj', 'task-00/r0'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'matplotlib')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,96 @@
+"""Several ranks (torchrun / accelerate): each scores its share, rank 0 merges.
+
+The ranks are run one after another in this process, exactly as `run_score` runs them
+under torchrun, with the barrier as the point where rank 0 waits: rank 0 prepares the work
+directory, the "barrier" lets rank 1 score its share, rank 0 scores its own, and the second
+barrier hands over to the merge. The result must equal a single-process run (to float
+rounding: the ranks batch different sequences together).
+
+`test_torchrun_two_cpu_processes` also runs the README's command with two real CPU
+processes (gloo barriers): ~16 s on an idle 2-core machine, most of it starting torch twice.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from gaca_cli.log import columns as C
+from gaca_cli.errors import GacaError
+from tests.lm.test_score import loaded, make_rows, one_thread, score_lib, write_log  # noqa: F401 (fixture)
+
+
+def run_two_ranks(log: Path, model_dir: Path, out: Path, **options):
+    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.scoring import ScoreConfig, run_score
+
+    config = ScoreConfig(model=str(model_dir), dtype="fp32", device="cpu", **options)
+    calls = []
+    rank1_runs = []
+
+    def barrier_of_rank0() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:  # the work directory exists: rank 1 may score now
+            rank1_runs.append(run_score(read_log([log]), config, out, rank=1, world=2, loaded=loaded(model_dir)))
+
+    run0 = run_score(read_log([log]), config, out, rank=0, world=2, barrier=barrier_of_rank0, loaded=loaded(model_dir))
+    assert len(calls) == 2 and len(rank1_runs) == 1
+    return run0, rank1_runs[0]
+
+
+def test_two_ranks_equal_one_process(tiny_llama, tmp_path):
+    rows = make_rows(groups=3, trajs=3, steps=3, seed=21)
+    log = write_log(tmp_path / "log.parquet", rows)
+    single = score_lib(log, tiny_llama, tmp_path / "single.parquet", token_logprobs=True)
+    run0, run1 = run_two_ranks(log, tiny_llama, tmp_path / "ranks.parquet", chunk_rows=4, token_logprobs=True)
+    assert run1.table is None and run1.summary["rank"] == 1 and run1.summary["chunks"] > 0
+    assert run0.summary["world_size"] == 2 and run0.summary["rows"] == len(rows)
+    assert run0.summary["chunks"] > run1.summary["chunks"]  # rank 0 merged both ranks' chunks
+    a, b = pq.read_table(tmp_path / "single.parquet"), pq.read_table(tmp_path / "ranks.parquet")
+    inputs = [n for n in a.column_names if n not in C.SCORE_OUTPUTS]
+    assert b.select(inputs).equals(a.select(inputs))
+    assert b.column(C.N_ACTION_TOKENS).equals(a.column(C.N_ACTION_TOKENS))
+    np.testing.assert_allclose(b.column(C.NLL_SUM).to_numpy(), a.column(C.NLL_SUM).to_numpy(), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.concatenate(b.column(C.TOKEN_LOGPROBS).to_pylist()),
+                               np.concatenate(a.column(C.TOKEN_LOGPROBS).to_pylist()), atol=1e-6, rtol=0)
+    assert pq.read_schema(tmp_path / "ranks.parquet").metadata == pq.read_schema(tmp_path / "single.parquet").metadata
+    assert not (tmp_path / "ranks.parquet.parts").exists()
+
+
+def test_merge_refuses_a_missing_rank(tiny_llama, tmp_path):
+    """Rank 0 alone (rank 1 never ran): no output, a message saying what is missing."""
+    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.scoring import ScoreConfig, run_score
+
+    rows = make_rows(groups=2, trajs=2, steps=2, seed=22)
+    log = write_log(tmp_path / "log.parquet", rows)
+    config = ScoreConfig(model=str(tiny_llama), dtype="fp32", device="cpu")
+    with pytest.raises(GacaError, match="did not finish"):
+        run_score(read_log([log]), config, tmp_path / "out.parquet", rank=0, world=2, loaded=loaded(tiny_llama))
+    assert not (tmp_path / "out.parquet").exists()
+
+
+TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+
+
+@pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
+def test_torchrun_two_cpu_processes(tiny_llama, tmp_path):
+    rows = make_rows(groups=2, trajs=3, steps=3, seed=23)
+    log = write_log(tmp_path / "log.parquet", rows)
+    single = score_lib(log, tiny_llama, tmp_path / "single.parquet")
+    torchrun = TORCHRUN
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [torchrun, "--nproc-per-node", "2", "-m", "gaca_cli", "score", str(log), "--model", str(tiny_llama),
+           "-o", str(tmp_path / "ranks.parquet"), "--chunk-rows", "4", "--device", "cpu"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "wrote" in done.stderr and done.stderr.count("wrote") == 1  # rank 0 alone reports
+    a, b = single.table, pq.read_table(tmp_path / "ranks.parquet")
+    np.testing.assert_allclose(b.column(C.NLL_SUM).to_numpy(), a.column(C.NLL_SUM).to_numpy(), atol=1e-6, rtol=0)

@@ -1,0 +1,541 @@
+"""`gaca train-offline` end to end on tiny local models (on the CPU), loaded by path as users do.
+
+Log-probs are checked against a slow twin: one full forward per (context, action), a plain
+log_softmax over every position and a gather, with the action's tokens = the tokens that
+tokenising context + action adds after the context's tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from gaca_cli.cli import app
+
+runner = CliRunner()
+
+PROMPT = "<|user|>You are in the hall.\n<|assistant|>"
+GOOD, BAD = "take key", "look around"
+FAST = ["--warmup-ratio", "0", "--save-every", "0"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads; on a shared 2-core machine threads only contend."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def write_log(path: Path, rows: list[dict]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def two_action_rows(good_adv: float = 1.0, bad_adv: float = -1.0) -> list[dict]:
+    """One prompt, two rollouts of one step: GOOD (A > 0) and BAD (A < 0)."""
+    return [
+        dict(group_id="g0", traj_id="t0", step_idx=0, reward=1.0, prompt=PROMPT, action=GOOD, advantage=good_adv),
+        dict(group_id="g0", traj_id="t1", step_idx=0, reward=0.0, prompt=PROMPT, action=BAD, advantage=bad_adv),
+    ]
+
+
+def many_rows(n_traj: int = 6, n_steps: int = 3) -> list[dict]:
+    actions = [GOOD, BAD, "go to hall", "open door with key"]
+    rows = []
+    for t in range(n_traj):
+        for s in range(n_steps):
+            rows.append(dict(group_id=f"g{t // 3}", traj_id=f"t{t}", step_idx=s, reward=float(s == n_steps - 1),
+                             prompt=f"<|user|>You are in the corridor. {s}\n<|assistant|>",
+                             action=actions[(t + s) % 4], advantage=float((t * 5 + s * 3) % 7 - 3) / 2))
+    return rows
+
+
+def slow_action_logprob(model_dir: Path, context: str, action: str) -> float:
+    """Σ log π(action tokens | context) with a full-logits forward (the slow twin)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    ctx = tok(context, add_special_tokens=False)["input_ids"]
+    full = tok(context + action, add_special_tokens=False)["input_ids"]
+    assert full[: len(ctx)] == ctx
+    ids = torch.tensor([full])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits.float(), dim=-1)[0]
+    return float(sum(logp[p - 1, full[p]] for p in range(len(ctx), len(full))))
+
+
+def run(args: list[str]):
+    """`gaca train-offline ARGS`, on the CPU unless ARGS name a device (also on a machine with a
+    GPU: these tests compare numbers at CPU precision; tests/lm/test_cuda.py trains on the GPU)."""
+    args = [*map(str, args)]
+    return runner.invoke(app, ["train-offline", *args, *([] if "--device" in args else ["--device", "cpu"])])
+
+
+def load_state(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(directory / "model.safetensors"))
+
+
+# ------------------------------------------------------------------------------- behaviour
+
+
+def test_one_step_changes_every_trainable_parameter(tiny_llama, tmp_path):
+    """Full fine-tuning: after one AdamW step every parameter tensor of the saved model differs
+    from the starting one; the output loads with plain transformers."""
+    from transformers import AutoModelForCausalLM
+
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    out = tmp_path / "out"
+    res = run([log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "1", "--lr", "1e-3", "-o", out, *FAST])
+    assert res.exit_code == 0, res.output
+    before, after = load_state(tiny_llama), load_state(out)
+    assert before.keys() == after.keys()
+    unchanged = [k for k in before if torch.equal(before[k], after[k])]
+    assert not unchanged, unchanged
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape[-1] == model.config.vocab_size
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [1]
+    for key in ("loss", "policy_loss", "kl", "ratio_mean", "ratio_max", "clip_frac", "ess", "grad_norm",
+                "tokens_per_s", "lr"):
+        assert key in lines[0]
+    assert lines[0]["lr"] == pytest.approx(1e-3) and lines[0]["grad_norm"] > 0
+
+
+def fit_to_actions(model_dir: Path, out: Path, pairs: list[tuple[str, str]], steps: int = 40, lr: float = 1e-2) -> Path:
+    """A plain-torch behaviour-cloning loop (independent of the tool): fit the model to the
+    given (context, action) pairs so that it has generated them, as a logging policy would."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    batch = []
+    for context, action in pairs:
+        n_ctx = len(tok(context, add_special_tokens=False)["input_ids"])
+        ids = tok(context + action, add_special_tokens=False)["input_ids"]
+        labels = [-100] * n_ctx + ids[n_ctx:]
+        batch.append((torch.tensor([ids]), torch.tensor([labels])))
+    for _ in range(steps):
+        opt.zero_grad()
+        sum(model(input_ids=i, labels=lab).loss for i, lab in batch).backward()
+        opt.step()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_action_policy(tiny_llama, tmp_path_factory):
+    """A starting policy that puts about half its mass on each of GOOD and BAD (it generated
+    the log), and the two-action log scored by `gaca score --token-logprobs` with it."""
+    root = tmp_path_factory.mktemp("two-action")
+    start = fit_to_actions(tiny_llama, root / "start", [(PROMPT, GOOD), (PROMPT, BAD)])
+    log = write_log(root / "log.parquet", two_action_rows())
+    scored = root / "scored.parquet"
+    res = runner.invoke(app, ["score", str(log), "--model", str(start), "--token-logprobs", "--device", "cpu",
+                              "-o", str(scored)])
+    assert res.exit_code == 0, res.output
+    return start, scored
+
+
+@pytest.mark.parametrize("loss", ["ppo", "pg", "awr", "filtered-bc"])
+def test_each_loss_raises_the_good_action_and_lowers_the_bad(loss, two_action_policy, tmp_path):
+    """One prompt, A = +1 on GOOD and A = −1 on BAD, from a policy that generated both (about
+    half its mass on each): four steps raise log π(GOOD) and lower log π(BAD), measured with
+    the slow twin. (From a random model AWR would raise both: it moves π towards
+    μ·exp(A/τ)/Z, far above a random model's e^−30.) μ comes from `gaca score
+    --token-logprobs`, so the first step's ratio is exactly 1 on every token: the tokens line up."""
+    start, scored = two_action_policy
+    out = tmp_path / loss
+    res = run([scored, "--model", start, "--loss", loss, "--max-steps", "4", "--lr", "3e-3", "--batch-size", "2",
+               "-o", out, "--json", *FAST])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["behavior_source"] == "token_logprobs"
+    good0, bad0 = (slow_action_logprob(start, PROMPT, a) for a in (GOOD, BAD))
+    good1, bad1 = (slow_action_logprob(out, PROMPT, a) for a in (GOOD, BAD))
+    assert good1 > good0 + 0.05, (good0, good1)
+    assert bad1 < bad0 - 0.1, (bad0, bad1)
+    first = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert first["ratio_max"] == pytest.approx(1.0, abs=1e-5)
+    if loss == "ppo":
+        assert first["clip_frac"] == 0.0
+
+
+@pytest.mark.parametrize("loss", ["ppo", "pg"])
+def test_zero_advantage_gives_zero_policy_gradient_through_the_model(loss, tiny_llama):
+    """A = 0 on every token of a real forward: every parameter's gradient is exactly zero."""
+    from gaca_cli.lm.losses import policy_token_loss, token_weights
+    from gaca_cli.lm.models import load_causal_lm
+    from gaca_cli.lm.training import TrainConfig, action_logprobs
+
+    model, tok, device, _ = load_causal_lm(str(tiny_llama), dtype="fp32", device="cpu")
+    seqs = [np.asarray(tok(PROMPT + a)["input_ids"]) for a in (GOOD, BAD)]
+    n_ctx = [len(tok(PROMPT)["input_ids"])] * 2
+    logp = action_logprobs(model, seqs, n_ctx, 0, device)
+    adv = torch.zeros_like(logp)
+    config = TrainConfig(model="-", loss=loss, is_cap=2.0 if loss == "pg" else None)
+    ell, _ = policy_token_loss(loss, logp, adv, logp.detach() - 0.3, config)
+    n = len(logp)
+    (token_weights(torch.zeros(n, dtype=torch.long), torch.tensor([n]), "token-mean", n, 1) * ell).sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is None or torch.count_nonzero(g) == 0 for g in grads)
+    assert any(g is not None for g in grads)
+
+
+@pytest.mark.parametrize("keep_mode", ["mask", "positions", "full"])  # training.KEEP_MODES
+@pytest.mark.parametrize("arch_fixture", ["tiny_llama", "tiny_gpt2"])
+def test_action_logprobs_match_the_slow_twin(arch_fixture, keep_mode, request):
+    """Padded micro-batch + logits only at action positions == full-logits log_softmax + gather,
+    whichever way the logits are asked for (`logits_keep_mode`)."""
+    from gaca_cli.lm.models import load_causal_lm
+    from gaca_cli.lm.training import action_logprobs, logits_keep_mode
+
+    model_dir = request.getfixturevalue(arch_fixture)
+    model, tok, device, _ = load_causal_lm(str(model_dir), dtype="fp32", device="cpu")
+    if keep_mode == "mask" and logits_keep_mode(model) != "mask":
+        pytest.skip("this transformers version takes no boolean logits_to_keep mask")
+    pairs = [(PROMPT, GOOD), ("<|user|>You are in the corridor. The garden door is locked.\n<|assistant|>", "open door with key"),
+             ("<|user|>x\n<|assistant|>", BAD)]
+    seqs, n_ctx, want = [], [], []
+    for c, a in pairs:
+        ctx = tok(c)["input_ids"]
+        full = tok(c + a)["input_ids"]
+        seqs.append(np.asarray(full))
+        n_ctx.append(len(ctx))
+        with torch.no_grad():
+            lp = torch.log_softmax(model(input_ids=torch.tensor([full])).logits.float(), -1)[0]
+        want.extend(float(lp[p - 1, full[p]]) for p in range(len(ctx), len(full)))
+    with torch.no_grad():
+        got = action_logprobs(model, seqs, n_ctx, 0, device, keep_mode=keep_mode)
+    np.testing.assert_allclose(got.numpy(), np.asarray(want), atol=1e-5, rtol=0)
+
+
+class OlderForward(torch.nn.Module):
+    """A real tiny model behind the forward of older transformers: `logits_to_keep` indexes
+    the positions axis (so a 2-D mask fails, "too many indices"), or with `keeps=False` is not
+    an argument at all."""
+
+    def __init__(self, inner, keeps: bool = True):
+        super().__init__()
+        self.inner, self.keeps = inner, keeps
+
+    def get_input_embeddings(self):
+        return self.inner.get_input_embeddings()
+
+    def forward(self, input_ids, use_cache=False, **kwargs):
+        from types import SimpleNamespace
+
+        if "logits_to_keep" in kwargs and not self.keeps:
+            raise TypeError("forward() got an unexpected keyword argument 'logits_to_keep'")
+        logits = self.inner(input_ids=input_ids, use_cache=use_cache).logits
+        if "logits_to_keep" in kwargs:
+            logits = logits[:, kwargs["logits_to_keep"], :]
+        return SimpleNamespace(logits=logits)
+
+
+def test_logits_keep_mode_follows_what_the_forward_takes(tiny_llama):
+    """The probe picks the boolean mask where the forward takes it, positions where a 2-D
+    tensor fails (transformers before the mask), and a full forward where there is no
+    `logits_to_keep`; it leaves the model's train/eval mode as it found it."""
+    from gaca_cli.lm.models import load_causal_lm
+    from gaca_cli.lm.training import kept_logits, logits_keep_mode
+
+    model = load_causal_lm(str(tiny_llama), dtype="fp32", device="cpu")[0]
+    model.train()
+    assert logits_keep_mode(model) in ("mask", "positions")
+    assert model.training
+    assert logits_keep_mode(OlderForward(model)) == "positions"
+    assert logits_keep_mode(OlderForward(model, keeps=False)) == "full"
+    with pytest.raises(ValueError, match="keep mode"):
+        kept_logits(model, torch.zeros((1, 2), dtype=torch.long), torch.ones((1, 2), dtype=torch.bool), "rows")
+
+
+def test_micro_batching_does_not_change_the_step(tiny_llama, tmp_path):
+    """A tiny token budget (many accumulated micro-batches) gives the same loss and gradient
+    norm as one micro-batch per step: the token weights use the whole step's counts."""
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    records = []
+    for budget in ("100000", "40"):
+        out = tmp_path / f"b{budget}"
+        res = run([log, "--model", tiny_llama, "--loss", "awr", "--aggregation", "seq-mean", "--max-steps", "2",
+                   "--batch-size", "9", "--max-batch-tokens", budget, "-o", out, *FAST])
+        assert res.exit_code == 0, res.output
+        records.append([json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()])
+    for a, b in zip(*records):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+
+
+def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
+    """accelerate keeps one state per process and refuses a second Accelerator with another
+    mixed precision. Two runs in one process (bf16, then fp32, then bf16 again) each get the
+    precision they ask for, and the fp32 run repeats an fp32 run made alone exactly."""
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "1", "--device", "cpu", "--json", *FAST]
+    seen = []
+    for i, dtype in enumerate(["bf16", "fp32", "bf16"]):
+        res = run([*args, "--dtype", dtype, "-o", tmp_path / f"run{i}"])
+        assert res.exit_code == 0, res.output
+        seen.append(json.loads(res.stdout)["mixed_precision"])
+    assert seen == ["bf16", "no", "bf16"]
+    import os
+    import subprocess
+    import sys
+
+    alone = subprocess.run([sys.executable, "-m", "gaca_cli", "train-offline", *map(str, args), "--dtype", "fp32",
+                            "-o", str(tmp_path / "alone")], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert alone.returncode == 0, alone.stderr
+    a, b = load_state(tmp_path / "run1"), load_state(tmp_path / "alone")
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
+    """ppo with a KL penalty and seq-mean: a run interrupted after step 3 (checkpoint at 2) and
+    resumed with --resume ends with the same parameters and metrics as an uninterrupted run."""
+    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.training import TrainConfig, train
+
+    rows = many_rows()
+    rng = np.random.default_rng(0)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    for r in rows:  # μ: any aligned per-token log-probs will do here
+        n = len(tok(r["prompt"] + r["action"])["input_ids"]) - len(tok(r["prompt"])["input_ids"])
+        r["behavior_logprobs"] = (-rng.uniform(0.5, 6.0, size=n)).astype(np.float32).tolist()
+    log = write_log(tmp_path / "log.parquet", rows)
+    args = ["--model", tiny_llama, "--loss", "ppo", "--kl-coef", "0.1", "--aggregation", "seq-mean", "--max-steps", "5",
+            "--batch-size", "6", "--lr", "3e-3", "--save-every", "2", "--warmup-ratio", "0.2"]
+    full = tmp_path / "full"
+    res = run([log, *args, "-o", full])
+    assert res.exit_code == 0, res.output
+
+    config = TrainConfig(model=str(tiny_llama), loss="ppo", kl_coef=0.1, aggregation="seq-mean", max_steps=5,
+                         batch_size=6, lr=3e-3, save_every=2, warmup_ratio=0.2, device="cpu")
+    part = tmp_path / "part"
+
+    def interrupt(kind, info):
+        if kind == "step" and info["step"] == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(read_log([log]), config, part, on_event=interrupt)
+    assert not (part / "model.safetensors").exists()
+    res = run([log, *args, "-o", part, "--resume", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["resumed_from_step"] == 2
+
+    a, b = load_state(full), load_state(part)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6, msg=k)
+    ma = [json.loads(x) for x in (full / "metrics.jsonl").read_text().splitlines()]
+    mb = [json.loads(x) for x in (part / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in mb] == [1, 2, 3, 4, 5]
+    for x, y in zip(ma, mb):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-7)
+    assert ma[0]["kl"] == pytest.approx(0.0, abs=1e-7) and ma[-1]["kl"] > 0
+
+
+def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
+    """A run started with --device auto resumes with --device cpu where auto means the CPU (no
+    GPU), and is refused where auto meant a GPU; another option still refuses the resume."""
+    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.training import TrainConfig, train
+
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=1, device="auto")
+
+    def interrupt(kind, info):
+        if kind == "step" and info["step"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(read_log([log]), config, tmp_path / "run", on_event=interrupt)
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "3", "--batch-size", "6", "--save-every", "1",
+            "--resume", "-o", tmp_path / "run"]
+    other = run([*args, "--lr", "1e-3", "--device", "cpu"])
+    assert other.exit_code == 1 and "lr" in other.stderr
+    res = run([*args, "--device", "cpu", "--json"])
+    if torch.cuda.is_available():
+        assert res.exit_code == 1 and "device = 'auto', now 'cpu'" in res.stderr
+    else:
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["resumed_from_step"] == 2
+
+
+def test_lora_adapter_and_merge_load_with_plain_transformers(tiny_llama, tmp_path):
+    """--lora-r: OUT_DIR is an adapter that AutoModelForCausalLM loads (peft installed);
+    --merge: OUT_DIR holds merged weights and OUT_DIR/adapter the adapter, and both give the
+    same logits."""
+    from transformers import AutoModelForCausalLM
+
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    lora_args = ["--model", tiny_llama, "--loss", "pg", "--lora-r", "4", "--lora-targets", "q_proj,v_proj",
+                 "--max-steps", "2", "--lr", "1e-2", *FAST]
+    res = run([log, *lora_args, "-o", tmp_path / "lora"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "lora" / "adapter_config.json").exists()
+    assert not (tmp_path / "lora" / "model.safetensors").exists()
+    res = run([log, *lora_args, "--merge", "-o", tmp_path / "merged"])
+    assert res.exit_code == 0, res.output
+
+    ids = torch.tensor([[5, 17, 40, 99, 3]])
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    adapter = AutoModelForCausalLM.from_pretrained(tmp_path / "lora").eval()
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    merged_adapter = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "adapter").eval()
+    with torch.no_grad():
+        lb, la, lm, lma = (m(input_ids=ids).logits for m in (base, adapter, merged, merged_adapter))
+    assert not torch.allclose(la, lb)  # the adapter changed the model
+    torch.testing.assert_close(la, lm, rtol=0, atol=1e-5)  # same seed, same steps
+    torch.testing.assert_close(lma, lm, rtol=0, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------- bad inputs
+
+
+def _assert_failed_cleanly(res, out: Path, *needles: str, code: int = 1) -> None:
+    assert res.exit_code == code, res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    if code == 1:
+        assert lines[-1].startswith("Error: "), res.stderr
+    for needle in needles:
+        assert needle in res.stderr, res.stderr
+    assert not out.exists()
+
+
+def test_no_advantage_column(tiny_llama, tmp_path):
+    rows = [{k: v for k, v in r.items() if k != "advantage"} for r in two_action_rows()]
+    log = write_log(tmp_path / "log.parquet", rows)
+    res = run([log, "--model", tiny_llama, "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "'advantage'", "gaca advantages")
+
+
+def test_ppo_without_behavior_logprobs(tiny_llama, tmp_path):
+    log = write_log(tmp_path / "log.parquet", two_action_rows())
+    res = run([log, "--model", tiny_llama, "--loss", "ppo", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "behavior_logprobs", "token_logprobs", "gaca score --token-logprobs")
+
+
+def test_misaligned_behavior_logprobs(tiny_llama, tmp_path):
+    rows = two_action_rows()
+    for r in rows:
+        r["behavior_logprobs"] = [-0.5] * len(r["action"].split())  # one per word, not per token
+    log = write_log(tmp_path / "log.parquet", rows)
+    res = run([log, "--model", tiny_llama, "--loss", "ppo", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "behavior_logprobs", "(t0, 0)")
+
+
+def test_empty_log(tiny_llama, tmp_path):
+    schema = pa.schema([("group_id", pa.string()), ("traj_id", pa.string()), ("step_idx", pa.int64()),
+                        ("reward", pa.float64()), ("prompt", pa.string()), ("action", pa.string()),
+                        ("advantage", pa.float64())])
+    log = tmp_path / "empty.parquet"
+    pq.write_table(schema.empty_table(), log)
+    res = run([log, "--model", tiny_llama, "--loss", "pg", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "no rows")
+
+
+def test_all_zero_advantages(tiny_llama, tmp_path):
+    log = write_log(tmp_path / "log.parquet", two_action_rows(0.0, 0.0))
+    res = run([log, "--model", tiny_llama, "--loss", "pg", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "no step to train on", "A = 0")
+
+
+def test_bad_model_path(tmp_path):
+    log = write_log(tmp_path / "log.parquet", two_action_rows())
+    res = run([log, "--model", tmp_path / "nope", "--loss", "pg", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "nope")
+
+
+def test_unknown_lora_target(tiny_llama, tmp_path):
+    log = write_log(tmp_path / "log.parquet", two_action_rows())
+    res = run([log, "--model", tiny_llama, "--loss", "pg", "--lora-r", "4", "--lora-targets", "nope_proj", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "--lora-targets nope_proj")
+
+
+def test_device_choices(tiny_llama, tmp_path):
+    """--device: a spelling outside auto | cpu | cuda | cuda:N is a usage error (exit 2); a GPU
+    that is not there is one Error line (exit 1) before anything is written. (tests/lm/test_cuda.py
+    trains on a GPU where there is one.)"""
+    log = write_log(tmp_path / "log.parquet", two_action_rows())
+    for bad in ("mps", "gpu", "cuda:", "cuda:x"):
+        res = run([log, "--model", tiny_llama, "--loss", "pg", "--device", bad, "-o", tmp_path / "out"])
+        _assert_failed_cleanly(res, tmp_path / "out", f"device = '{bad}'", "cuda:N", code=2)
+    if not torch.cuda.is_available():
+        res = run([log, "--model", tiny_llama, "--loss", "pg", "--device", "cuda", "-o", tmp_path / "out"])
+        _assert_failed_cleanly(res, tmp_path / "out", "--device cuda", "no CUDA device")
+    else:
+        n = torch.cuda.device_count()
+        res = run([log, "--model", tiny_llama, "--loss", "pg", "--device", f"cuda:{n}", "-o", tmp_path / "out"])
+        _assert_failed_cleanly(res, tmp_path / "out", f"--device cuda:{n}", "CUDA device(s)")
+
+
+def test_usage_errors_exit_2(tiny_llama, tmp_path):
+    log = write_log(tmp_path / "log.parquet", two_action_rows())
+    res = run([log, "--model", tiny_llama, "--lr", "-1", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "lr = -1.0", code=2)
+    busy = tmp_path / "busy"
+    (busy / "checkpoints").mkdir(parents=True)
+    res = run([log, "--model", tiny_llama, "--loss", "pg", "-o", busy])
+    assert res.exit_code == 2 and "--resume" in res.stderr
+    shutil.rmtree(busy)
+    res = run([log, "--model", tiny_llama, "--loss", "pg", "--resume", "-o", busy])
+    assert res.exit_code == 2 and "no training run" in res.stderr
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(tiny_llama, tmp_path):
+    """torchrun --nproc-per-node 2 (gloo, CPU) gives the same parameters and metrics as one
+    process: every process builds the same batches and the token weights use global counts.
+    Slow (two fresh interpreters): run with `pytest -m slow`."""
+    import os
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    rng = np.random.default_rng(1)
+    rows = many_rows()
+    for r in rows:
+        n = len(tok(r["prompt"] + r["action"])["input_ids"]) - len(tok(r["prompt"])["input_ids"])
+        r["behavior_logprobs"] = (-rng.uniform(0.5, 6.0, size=n)).astype(np.float32).tolist()
+    log = write_log(tmp_path / "log.parquet", rows)
+    args = ["train-offline", str(log), "--model", str(tiny_llama), "--loss", "ppo", "--kl-coef", "0.1", "--max-steps",
+            "3", "--batch-size", "5", "--max-batch-tokens", "64", "--lr", "3e-3", "--device", "cpu", *FAST]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "gaca_cli", *args, "-o", str(tmp_path / "one")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert one.returncode == 0, one.stderr
+    torchrun = Path(sys.executable).with_name("torchrun")
+    two = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "gaca_cli", *args, "-o", str(tmp_path / "two"),
+                          "--json"], capture_output=True, text=True, env=env, timeout=600)
+    assert two.returncode == 0, two.stderr
+    assert json.loads(two.stdout)["processes"] == 2
+    a, b = load_state(tmp_path / "one"), load_state(tmp_path / "two")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-5, msg=k)
+    ma = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    mb = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    for x, y in zip(ma, mb):
+        for key in ("loss", "kl", "ratio_mean", "ratio_max", "clip_frac", "grad_norm"):
+            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), key
