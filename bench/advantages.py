@@ -84,8 +84,10 @@ def input_nbytes(log_path: str) -> int:
 
 def child_fast(log_path: str, out_path: str, method: str) -> dict:
     """The path `gaca advantages` takes (cli/cmd_advantages.py), phase by phase."""
-    from gaca_cli.advantages.run import compute_advantages, gc_paused, read_for_advantages, write_annotated
-    from gaca_cli.advantages.estimators import AdvantagesConfig
+    from gaca_cli.advantages.run import compute_advantages, gc_paused
+    from gaca_cli.advantages.reading import read_for_advantages
+    from gaca_cli.advantages.writing import write_annotated
+    from gaca_cli.advantages.config import AdvantagesConfig
 
     rss0 = _rss_now_bytes()
     config = AdvantagesConfig(method=method)
@@ -250,7 +252,7 @@ def agreement(rows: int, data_dir: Path) -> list[tuple[str, str, float, bool]]:
 
     import baseline_advantages
     from gaca_cli.advantages.run import compute_advantages
-    from gaca_cli.advantages.estimators import AdvantagesConfig
+    from gaca_cli.advantages.config import AdvantagesConfig
     from gaca_cli.log.io import read_log
 
     path = synth.ensure_log(rows, data_dir=data_dir)
@@ -286,8 +288,10 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
     import io
     import pstats
 
-    from gaca_cli.advantages.run import compute_advantages, gc_paused, read_for_advantages, write_annotated
-    from gaca_cli.advantages.estimators import AdvantagesConfig
+    from gaca_cli.advantages.run import compute_advantages, gc_paused
+    from gaca_cli.advantages.reading import read_for_advantages
+    from gaca_cli.advantages.writing import write_annotated
+    from gaca_cli.advantages.config import AdvantagesConfig
 
     with tempfile.TemporaryDirectory(dir=log_path.parent, prefix="prof-") as tmp:
         for method in methods:

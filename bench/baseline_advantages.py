@@ -3,7 +3,7 @@
 A straightforward Python implementation in the style of the public verl-agent reference code
 for GiGPO (gigpo/core_gigpo.py): ids kept as Python strings in object arrays, dicts of lists
 keyed by uid, `np.where` over the batch for every trajectory and every group, and per-row
-loops for the normalisation. It follows shared/spec/estimators.md (the same edge-case rules
+loops for the normalisation. It follows docs/estimators.md (the same edge-case rules
 as gaca_cli: singleton or constant groups give 0, std is ddof = 1, NLL z-scores use the
 population std), so its numbers agree with the fast code; the benchmark checks that.
 

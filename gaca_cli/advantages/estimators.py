@@ -1,4 +1,4 @@
-"""Advantage estimators: GRPO, GiGPO and GACA (shared/spec/estimators.md).
+"""Advantage estimators: GRPO, GiGPO and GACA (docs/estimators.md).
 
 Pure maths on aligned numpy arrays: no files, no printing, no randomness. Every estimator
 has the same signature, `(StepArrays, AdvantagesConfig) -> Advantages`, and `ESTIMATORS` maps
@@ -15,91 +15,11 @@ compiled loops (gaca_cli.advantages._kernels) doing exactly these operations in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
-class ConfigError(ValueError):
-    """An invalid configuration value; `field` names the offending parameter."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(message)
-
-
-EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
-Z_STD_FLOOR = 1e-8  # z_t = 0 where the scope's population std is below this
-
-METHODS = ("grpo", "gigpo", "gaca")
-NORMS = ("std", "mean")
-EPISODE_STATS = ("trajectories", "steps")
-NLL_SCOPES = ("trajectory", "group", "batch")
-NLL_REDUCES = ("mean", "sum")
-
-
-@dataclass(frozen=True)
-class AdvantagesConfig:
-    """Every parameter of `gaca advantages`; the defaults are the spec's."""
-
-    method: str = "gaca"
-    gamma: float = 0.95
-    norm: str | None = None  # None: the method's default (grpo: std; gigpo, gaca: mean)
-    step_weight: float = 1.0
-    episode_stats: str = "trajectories"
-    anchor_similarity: float | None = None
-    beta: float = 0.1
-    nll_scope: str = "trajectory"
-    nll_reduce: str = "mean"
-    lambda_min: float = 0.0
-    lambda_max: float = 1.0
-
-    def __post_init__(self) -> None:
-        def bad(name: str, value: object, use: str) -> None:
-            raise ConfigError(name, f"{name} = {value!r} is not valid; use {use}")
-
-        choices = {
-            "method": METHODS,
-            "episode_stats": EPISODE_STATS,
-            "nll_scope": NLL_SCOPES,
-            "nll_reduce": NLL_REDUCES,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                bad(name, getattr(self, name), " | ".join(allowed))
-        if self.norm is not None and self.norm not in NORMS:
-            bad("norm", self.norm, "std | mean")
-        if not (np.isfinite(self.gamma) and 0.0 <= self.gamma <= 1.0):
-            bad("gamma", self.gamma, "a discount in [0, 1], e.g. 0.95")
-        if not (np.isfinite(self.step_weight) and self.step_weight >= 0.0):
-            bad("step_weight", self.step_weight, "a finite weight ≥ 0 (0 reduces gigpo to grpo)")
-        if self.anchor_similarity is not None and not (0.0 < self.anchor_similarity < 1.0):
-            bad("anchor_similarity", self.anchor_similarity, "a threshold strictly between 0 and 1, or leave it unset for exact anchors")
-        if not (np.isfinite(self.beta) and self.beta >= 0.0):
-            bad("beta", self.beta, "a finite value ≥ 0 (0 reproduces gigpo)")
-        if not (0.0 <= self.lambda_min <= self.lambda_max <= 1.0):
-            bad("lambda_min", (self.lambda_min, self.lambda_max), "0 ≤ lambda_min ≤ lambda_max ≤ 1 (given as (min, max))")
-        if self.method == "gaca" and not (self.lambda_min <= self.lambda_bar <= self.lambda_max):
-            bad(
-                "lambda_min",
-                (self.lambda_min, self.lambda_max),
-                f"bounds around λ̄ = ω/(1+ω) = {self.lambda_bar:.4g} (the weight of steps without a step signal)",
-            )
-
-    @property
-    def normalize_by_std(self) -> bool:
-        if self.norm is None:
-            return self.method == "grpo"
-        return self.norm == "std"
-
-    @property
-    def lambda_bar(self) -> float:
-        """λ̄ = ω / (1 + ω)."""
-        return self.step_weight / (1.0 + self.step_weight)
-
-    def as_metadata(self) -> dict:
-        params = asdict(self)
-        params["norm"] = "std" if self.normalize_by_std else "mean"
-        return params
+from gaca_cli.advantages.config import EPS, Z_STD_FLOOR, AdvantagesConfig
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -18,15 +16,14 @@ from gaca_cli.log import columns as C
 from gaca_cli.log.checks import StepIndex, prepare_log
 from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
 from gaca_cli.errors import GacaError
-from gaca_cli.advantages.estimators import ESTIMATORS, Advantages, AdvantagesConfig, StepArrays
+from gaca_cli.advantages.estimators import ESTIMATORS, Advantages, StepArrays
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.log.grouping import plain
-from gaca_cli.log.anchors import ScannedAnchors
 from gaca_cli.advantages.step_groups import similarity_key_codes, step_group_codes
-from gaca_cli.log.io import Log, atomic_path, expand_inputs, read_log, restore_column_names, write_parquet_atomic
+from gaca_cli.log.io import Log
 
 
 #: low-cardinality columns worth dictionary-encoding when the whole table is rewritten
-_DICTIONARY_COLUMNS = (C.ADV_METHOD, C.GROUP_ID, C.TRAJ_ID, C.SUCCESS, C.DONE)
 
 
 @contextlib.contextmanager
@@ -44,71 +41,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def columns_read(config: AdvantagesConfig, names: Sequence[str]) -> list[str]:
-    """The input columns `gaca advantages` reads: the required ones, every column with a value
-    rule of log-schema.md (done, episode_reward, behavior_logprobs and action_token_ids, the
-    NLL columns) and the anchor (used by gigpo and gaca; the anchor warnings for every method).
-    Text it does not use (prompts, actions, observations) stays on disk: its type is checked
-    from the files' footers and its nulls from their null counts (see checks._column_checks),
-    and it is carried to the output as it is."""
-    wanted = [C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.REWARD, C.DONE, C.EPISODE_REWARD]
-    wanted += [C.BEHAVIOR_LOGPROBS, C.ACTION_TOKEN_IDS, C.NLL_MEAN, C.NLL_SUM]
-    wanted.append(C.ANCHOR_KEY if C.ANCHOR_KEY in names else C.ANCHOR_OBS)  # grpo too: its warnings
-    return [n for n in wanted if n in names]
-
-
-def read_for_advantages(
-    paths: Sequence[str | os.PathLike], column_map: Mapping[str, str], config: AdvantagesConfig
-) -> Log:
-    """The columns of the log that `config`'s method reads (`columns_read`), ids read
-    dictionary-encoded (cheap to rank). The anchor text of plain Parquet files is never held
-    in memory: gaca_cli.log._anchor_scan hashes it page by page, and compares the candidates for
-    equal anchors the same way later (`ScannedAnchors`). Layouts the scan does not know, and
-    directories, have the anchor read by polars (hashed and compared there)."""
-    threading.Thread(target=_warm_up_kernels, name="gaca-kernels", daemon=True).start()
-    scanning = not any(is_dir for _, is_dir in expand_inputs(paths))
-    deferred: list[str] = []  # the anchor column, left to the scan
-
-    def choose(names: list[str]) -> list[str]:
-        wanted = columns_read(config, names)
-        if scanning:
-            deferred[:] = [n for n in wanted if n in (C.ANCHOR_KEY, C.ANCHOR_OBS)]
-        return [n for n in wanted if n not in deferred]
-
-    log = read_log(paths, column_map, columns=choose, dictionary=(C.GROUP_ID, C.TRAJ_ID),
-                   via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY))
-    if deferred:
-        scanned = _scan_anchors(log, deferred[0])
-        if scanned is None:
-            return log.with_columns(deferred, via_polars=deferred)
-        log.cache[("anchors", deferred[0])] = ScannedAnchors(scanned)
-    return log
-
-
-def _scan_anchors(log: Log, name: str):
-    """The anchor column's hashes, streamed from the files' pages (gaca_cli.log._anchor_scan), or
-    None when it is not text or the scan does not know the files' layout."""
-    t = log.file_schema.field(name).type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        return None
-    from gaca_cli.log._anchor_scan import scan_anchors
-
-    return scan_anchors(log.files, log.original_name(name))
-
-
-def _warm_up_kernels() -> None:
-    """Import and load the compiled kernels while the main thread reads (pyarrow and polars
-    release the GIL). Errors are left to the real calls, which report them properly."""
-    try:
-        from gaca_cli.log import _anchor_scan as anchor_scan
-        from gaca_cli.advantages import _kernels as kernels
-
-        kernels.warm_up()
-        anchor_scan.warm_up()
-    except Exception:  # noqa: BLE001 - the computation itself will raise it with context
-        pass
 
 
 @dataclass(frozen=True)
@@ -133,6 +65,8 @@ class AdvantagesRun:
     def table(self) -> pa.Table:
         """Every column read (original names; the tool's own earlier columns replaced) plus
         the method's columns."""
+        from gaca_cli.advantages.writing import annotated_table
+
         return annotated_table(self.log.table, self.log.renamed, self.new_columns, self.log.source)
 
 
@@ -243,59 +177,6 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     return AdvantagesRun(
         log=log, new_columns=pa.table(new_columns), metadata=metadata, summary=summary, result=result, index=index
     )
-
-
-def annotated_table(
-    table: pa.Table, renamed: Mapping[str, str], new_columns: pa.Table, source: str | None = None
-) -> pa.Table:
-    """`table` without the tool's own columns, names restored, with `new_columns` appended."""
-    owned = set(C.ADVANTAGES_OUTPUTS)
-    out = table.select([n for n in table.column_names if n not in owned])
-    out = restore_column_names(out, renamed)
-    clash = [n for n in new_columns.column_names if n in out.column_names]
-    if clash:
-        mapped = {old: new for new, old in renamed.items()}
-        raise GacaError(
-            f"--map {mapped.get(clash[0], '?')}={clash[0]}: the log's column '{clash[0]}' would be overwritten by "
-            "the output column of that name; rename it in the log first",
-            file=source,
-            column=clash[0],
-        )
-    for name, column in zip(new_columns.column_names, new_columns.columns):
-        out = out.append_column(name, column)
-    return out
-
-
-def write_annotated(
-    run: AdvantagesRun, out: str | os.PathLike, paths: Sequence[str | os.PathLike], column_map: Mapping[str, str]
-) -> str:
-    """Write every input column plus the method's columns to `out`, atomically.
-
-    Plain Parquet files are spliced: their compressed column chunks are copied byte for byte
-    and only the new columns are encoded (`gaca_cli.log._splice`). Otherwise (directories,
-    files whose schemas differ) the whole log is read and rewritten. Returns "spliced" or
-    "rewritten"."""
-    from gaca_cli.log._splice import SpliceUnsupported, splice_columns
-
-    log = run.log
-    if log.plain_files:
-        owned = set(C.ADVANTAGES_OUTPUTS)
-        drop = [log.original_name(n) for n in log.file_schema.names if n in owned]
-        try:
-            with atomic_path(out) as tmp:
-                splice_columns(
-                    log.files, drop, run.new_columns, tmp, run.metadata, dictionary_columns=(C.ADV_METHOD,)
-                )
-            return "spliced"
-        except SpliceUnsupported:
-            pass
-    full = read_log(paths, column_map) if log.partial else log
-    if full.table.num_rows != run.new_columns.num_rows:  # the files changed while we worked
-        raise GacaError("the input changed while it was being read; run again", file=log.source)
-    table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
-    dictionary = [n for n in table.column_names if n in _DICTIONARY_COLUMNS]
-    write_parquet_atomic(table, out, run.metadata, dictionary_columns=dictionary)
-    return "rewritten"
 
 
 def _check_finite(log: Log, result: Advantages) -> None:

@@ -18,14 +18,8 @@ from gaca_cli.cli.common import (
     print_json,
     user_errors,
 )
-from gaca_cli.advantages.estimators import (
-    EPISODE_STATS,
-    ESTIMATORS,
-    NLL_REDUCES,
-    NLL_SCOPES,
-    NORMS,
-    AdvantagesConfig,
-)
+from gaca_cli.advantages.estimators import ESTIMATORS
+from gaca_cli.advantages.config import EPISODE_STATS, NLL_REDUCES, NLL_SCOPES, NORMS, AdvantagesConfig
 
 _D = AdvantagesConfig()
 
@@ -60,7 +54,7 @@ def advantages(
 
     Adds return_to_go, adv_episode, adv_step, advantage and adv_method (plus step_group_id,
     step_group_size for gigpo/gaca and nll_z, gaca_weight for gaca); every input column is
-    kept. The formulas are in shared/spec/estimators.md and the README.
+    kept. The formulas are in docs/estimators.md and the README.
 
     Example: gaca advantages scored.parquet --method gaca --beta 0.2 -o annotated.parquet
     """
@@ -84,7 +78,9 @@ def advantages(
         lambda_max=lambda_max,
     )
     out = output_path(logs, output, method)
-    from gaca_cli.advantages.run import compute_advantages, gc_paused, read_for_advantages, write_annotated
+    from gaca_cli.advantages.run import compute_advantages, gc_paused
+    from gaca_cli.advantages.reading import read_for_advantages
+    from gaca_cli.advantages.writing import write_annotated
     from gaca_cli.render import advantages_summary
 
     mapping = column_map(column_maps)

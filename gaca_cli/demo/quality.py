@@ -65,7 +65,7 @@ import pyarrow as pa
 
 from gaca_cli.log import columns as C
 from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.advantages.estimators import AdvantagesConfig
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.log.io import Log
 
 TRUE_ADVANTAGE = "true_advantage"  # Q^π(s, a) − V^π(s) of the logged step

@@ -27,7 +27,8 @@ from gaca_cli.log import columns as C
 from gaca_cli.log.checks import StepIndex, prepare_log
 from gaca_cli.log.anchors import anchor_column
 from gaca_cli.errors import GacaError
-from gaca_cli.advantages.estimators import METHODS, AdvantagesConfig, standardize_in_scopes
+from gaca_cli.advantages.estimators import standardize_in_scopes
+from gaca_cli.advantages.config import METHODS, AdvantagesConfig
 from gaca_cli.log.grouping import dense_rank, plain
 from gaca_cli.log.io import Log, read_log
 

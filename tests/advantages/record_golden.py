@@ -59,7 +59,7 @@ def compute(params: dict, directory: Path) -> dict[str, list]:
     import pyarrow.parquet as pq
 
     from gaca_cli.advantages.run import compute_advantages
-    from gaca_cli.advantages.estimators import AdvantagesConfig
+    from gaca_cli.advantages.config import AdvantagesConfig
     from gaca_cli.log.io import read_log
 
     path = directory / "tiny.parquet"

@@ -1,4 +1,4 @@
-"""The slow twin of `gaca advantages`: shared/spec/estimators.md as plain loops.
+"""The slow twin of `gaca advantages`: docs/estimators.md as plain loops.
 
 Written from the spec text alone (not from gaca_cli/advantages/estimators.py), so that the two can be
 compared. Everything is a dict of lists keyed by trajectory or group, every loop is a plain
@@ -419,7 +419,7 @@ def run_fast(rows: list[dict], **params):
     import numpy as np
 
     from gaca_cli.advantages.run import compute_advantages
-    from gaca_cli.advantages.estimators import AdvantagesConfig
+    from gaca_cli.advantages.config import AdvantagesConfig
     from gaca_cli.log.io import Log
 
     table = rows_to_table(rows)

@@ -23,14 +23,16 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-import gaca_cli.advantages.run as advantages_module
+import gaca_cli.advantages.writing as advantages_module
 import gaca_cli.log._splice as parquet_splice
 from gaca_cli.log import columns as C
-from gaca_cli.advantages.run import compute_advantages, read_for_advantages, write_annotated
+from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.advantages.reading import read_for_advantages
+from gaca_cli.advantages.writing import write_annotated
 from gaca_cli.cli import app
 from gaca_cli.errors import GacaError
 from gaca_cli.log.anchors import ScannedAnchors
-from gaca_cli.advantages.estimators import AdvantagesConfig
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.log.io import read_log, read_metadata
 
 runner = CliRunner()

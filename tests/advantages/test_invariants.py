@@ -1,4 +1,4 @@
-"""The invariants of shared/spec/estimators.md, checked on the fast code.
+"""The invariants of docs/estimators.md, checked on the fast code.
 
 Seeded random logs (tests/advantages/reference.py:random_rows) with random options, plus Hypothesis for
 the properties that benefit from adversarial inputs (shuffles and renaming, no NaN/inf).

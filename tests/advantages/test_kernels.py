@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gaca_cli.advantages import _kernels as kernels
-from gaca_cli.advantages.estimators import EPS, Z_STD_FLOOR
+from gaca_cli.advantages.config import EPS, Z_STD_FLOOR
 from tests.conftest import EXAMPLE_LOG
 
 HYPOTHESIS = settings(
@@ -878,8 +878,9 @@ def test_warm_up_covers_the_signatures_a_run_uses():
     code = f"""
 import numba
 from gaca_cli.advantages import _kernels as K
-from gaca_cli.advantages.run import compute_advantages, read_for_advantages
-from gaca_cli.advantages.estimators import AdvantagesConfig
+from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.advantages.reading import read_for_advantages
+from gaca_cli.advantages.config import AdvantagesConfig
 K.warm_up()
 kernels = {{n: d for n, d in vars(K).items() if isinstance(d, numba.core.registry.CPUDispatcher)}}
 before = {{n: set(d.signatures) for n, d in kernels.items()}}

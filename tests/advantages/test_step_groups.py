@@ -16,7 +16,7 @@ import pytest
 from gaca_cli.advantages.run import compute_advantages
 from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.anchors import anchors_of
-from gaca_cli.advantages.estimators import AdvantagesConfig
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.log.anchors import PolarsAnchors, initial_anchors_differ
 from gaca_cli.advantages.step_groups import first_appearance_codes, step_group_codes
 from gaca_cli.log.io import Log

@@ -1,4 +1,4 @@
-"""Imports point downward only (STYLE.md, "Layers"), read from the source with `ast`, and the
+"""Imports point downward only (the layer table in docs/architecture.md), read from the source with `ast`, and the
 light commands really run without torch (checked in a fresh interpreter)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 HEAVY = {"torch", "transformers", "peft", "accelerate", "safetensors", "tokenizers"}
 UI = {"rich", "typer", "click"}
 
-# The layers, bottom to top (STYLE.md, "Layers"): a module may import its own layer and those
+# The layers, bottom to top (the layer table in docs/architecture.md): a module may import its own layer and those
 # below it, never one above. Demos and the command line sit on top and may use everything.
 LAYERS = ["gaca_cli.errors", "gaca_cli.log", "gaca_cli.advantages", "gaca_cli.lm", "gaca_cli.integrations",
           "gaca_cli.inspect", "gaca_cli.demo", "gaca_cli.render", "gaca_cli.cli"]

@@ -20,7 +20,7 @@ from rich.console import Console
 from gaca_cli.inspect import view as V
 from gaca_cli.advantages.run import compute_advantages
 from gaca_cli.errors import GacaError
-from gaca_cli.advantages.estimators import AdvantagesConfig
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.inspect.data import (
     CRITICAL_Z,
     InspectConfig,

@@ -23,7 +23,7 @@ import pytest
 from gaca_cli.log import columns as C
 from gaca_cli.advantages.run import compute_advantages
 from gaca_cli.log.checks import inspect_log
-from gaca_cli.advantages.estimators import AdvantagesConfig
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.log.io import Log, read_log
 from gaca_cli.log.schema import INPUT_BY_NAME, schema_documents, write_schema_documents
 
