@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: demo example test test-slow bench install
+.PHONY: demo example test test-slow lint format bench install
 
 # torch is installed first, pinned to the CPU build this machine carries on disk; the project's
 # own requirement is a range that it satisfies, so pip installs nothing more for it.
@@ -32,6 +32,16 @@ test: $(BIN)/.installed
 
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -n 2 -q -m slow
+
+# the developer loop: formatting, lint rules and types, configured in pyproject.toml
+lint: $(BIN)/.installed
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+format: $(BIN)/.installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/advantages.py --quick

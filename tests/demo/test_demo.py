@@ -20,6 +20,7 @@ def test_demo_config_rejects_bad_values(tmp_path):
         DemoConfig(out=tmp_path, rollouts=1)
 
 
+@pytest.mark.slow  # ~40 s on 2 cores: run with `make test-slow`; each stage has its own fast tests
 def test_demo_runs_every_stage(tmp_path):
     """One game, 4 rollouts, a few behaviour-cloning steps, one update of gigpo and gaca:
     the files of every stage exist, the success rates are probabilities, the quality table has
