@@ -47,7 +47,9 @@ def _betas(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--betas expects comma-separated numbers, e.g. 0.1,0.3,1; got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--betas expects comma-separated numbers, e.g. 0.1,0.3,1; got {text!r}"
+        ) from None
 
 
 def _finite(x):
@@ -78,13 +80,23 @@ def main() -> int:
     parser.add_argument("--groups", type=int, default=32, help="episode groups per log (default 32)")
     parser.add_argument("--rollouts", type=int, default=8, help="rollouts per group (default 8)")
     parser.add_argument("--tasks", type=int, default=4, help="distinct corridors (start states) (default 4)")
-    parser.add_argument("--bonus-forks", type=int, default=0,
-                        help="forks per corridor whose branches both go on, one paying +0.5 (default 0)")
-    parser.add_argument("--gamma", type=float, default=0.95, help="discount of the truth and the estimators (default 0.95)")
+    parser.add_argument(
+        "--bonus-forks",
+        type=int,
+        default=0,
+        help="forks per corridor whose branches both go on, one paying +0.5 (default 0)",
+    )
+    parser.add_argument(
+        "--gamma", type=float, default=0.95, help="discount of the truth and the estimators (default 0.95)"
+    )
     parser.add_argument("--betas", type=_betas, default=(0.1, 0.3, 1.0), help="GACA β values (default 0.1,0.3,1)")
     parser.add_argument("--step-weight", type=float, default=1.0, help="ω for gigpo and gaca (default 1)")
-    parser.add_argument("--norm", choices=("mean", "std"), default=None,
-                        help="normalisation of gigpo and gaca (default: theirs, mean); grpo keeps std")
+    parser.add_argument(
+        "--norm",
+        choices=("mean", "std"),
+        default=None,
+        help="normalisation of gigpo and gaca (default: theirs, mean); grpo keeps std",
+    )
     parser.add_argument("--quick", action="store_true", help="3 seeds, 8 groups × 8 rollouts")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = parser.parse_args()
@@ -98,20 +110,38 @@ def main() -> int:
     elapsed = time.perf_counter() - start
     env = describe_environment(config.env)
     if args.json:
-        print(json.dumps({"config": {"seeds": list(config.seeds), "groups": config.groups,
-                                     "rollouts": config.rollouts, "betas": list(config.betas),
-                                     "step_weight": config.step_weight, "norm": config.norm,
-                                     "environment": env},
-                          "rows": [{k: _finite(v) for k, v in r.items()} for r in rows]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "config": {
+                        "seeds": list(config.seeds),
+                        "groups": config.groups,
+                        "rollouts": config.rollouts,
+                        "betas": list(config.betas),
+                        "step_weight": config.step_weight,
+                        "norm": config.norm,
+                        "environment": env,
+                    },
+                    "rows": [{k: _finite(v) for k, v in r.items()} for r in rows],
+                },
+                indent=2,
+            )
+        )
         return 0
 
     success = ", ".join(f"{p:.2f}" for p in env["success_probability"])
-    print(f"# forked corridors: {env['tasks']} tasks, {env['states']} states, {env['forks']} forks, "
-          f"γ = {env['gamma']:g}; success probability per task: {success}")
-    print(f"# mean |A| at forks {env['mean_abs_advantage_fork']:.3f}, at routine `forward` "
-          f"{env['mean_abs_advantage_routine_forward']:.4f}")
-    print(f"# {len(config.seeds)} seeds × {config.groups} groups × {config.rollouts} rollouts; "
-          f"ω = {config.step_weight:g}; norm = {config.norm or 'default'}; mean ± std over seeds; {elapsed:.1f} s")
+    print(
+        f"# forked corridors: {env['tasks']} tasks, {env['states']} states, {env['forks']} forks, "
+        f"γ = {env['gamma']:g}; success probability per task: {success}"
+    )
+    print(
+        f"# mean |A| at forks {env['mean_abs_advantage_fork']:.3f}, at routine `forward` "
+        f"{env['mean_abs_advantage_routine_forward']:.4f}"
+    )
+    print(
+        f"# {len(config.seeds)} seeds × {config.groups} groups × {config.rollouts} rollouts; "
+        f"ω = {config.step_weight:g}; norm = {config.norm or 'default'}; mean ± std over seeds; {elapsed:.1f} s"
+    )
     print()
     print(quality_markdown(rows))
     return 0

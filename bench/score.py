@@ -64,10 +64,22 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-WORDS = ("hall corridor garden kitchen key door table brass locked open north south east west lamp "
-         "drawer shelf coin map rope torch window stairs cellar attic box chest note bread water").split()
-ACTIONS = ["go to hall", "go to garden", "take key", "look around", "open door with key", "examine lamp",
-           "go north", "inventory", "take coin from drawer", "read note"]
+WORDS = (
+    "hall corridor garden kitchen key door table brass locked open north south east west lamp "
+    "drawer shelf coin map rope torch window stairs cellar attic box chest note bread water"
+).split()
+ACTIONS = [
+    "go to hall",
+    "go to garden",
+    "take key",
+    "look around",
+    "open door with key",
+    "examine lamp",
+    "go north",
+    "inventory",
+    "take coin from drawer",
+    "read note",
+]
 
 MODELS = {
     # name: (hidden, layers, heads, kv heads, intermediate)
@@ -79,7 +91,9 @@ MODELS = {
 VOCAB = 32_000
 
 
-def make_logs(directory: Path, groups: int, rollouts: int, steps: int, obs_words: int, seed: int = 0) -> dict[str, Path]:
+def make_logs(
+    directory: Path, groups: int, rollouts: int, steps: int, obs_words: int, seed: int = 0
+) -> dict[str, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -101,12 +115,28 @@ def make_logs(directory: Path, groups: int, rollouts: int, steps: int, obs_words
                         parts.append(f"<|user|>{o}\n<|assistant|>")
                         if i < t:
                             parts.append(f"{a}\n")
-                    logs[kind].append({"group_id": f"g{g}", "traj_id": f"g{g}/r{r}", "step_idx": t,
-                                       "reward": 0.0, "prompt": "".join(parts), "action": action})
+                    logs[kind].append(
+                        {
+                            "group_id": f"g{g}",
+                            "traj_id": f"g{g}/r{r}",
+                            "step_idx": t,
+                            "reward": 0.0,
+                            "prompt": "".join(parts),
+                            "action": action,
+                        }
+                    )
     paths = {}
     for kind, rows in logs.items():
-        schema = pa.schema([("group_id", pa.string()), ("traj_id", pa.string()), ("step_idx", pa.int32()),
-                            ("reward", pa.float64()), ("prompt", pa.large_string()), ("action", pa.large_string())])
+        schema = pa.schema(
+            [
+                ("group_id", pa.string()),
+                ("traj_id", pa.string()),
+                ("step_idx", pa.int32()),
+                ("reward", pa.float64()),
+                ("prompt", pa.large_string()),
+                ("action", pa.large_string()),
+            ]
+        )
         paths[kind] = directory / f"{kind}.parquet"
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), paths[kind])
     return paths
@@ -123,10 +153,19 @@ def build_llama(directory: Path, name: str, device: str = "cpu") -> Path:
 
     hidden, layers, heads, kv, inter = MODELS[name]
     tok = build_tokenizer()
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=8192,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=8192,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config)
@@ -195,7 +234,7 @@ def baseline(model, tok, rows: list[dict], device) -> tuple[np.ndarray, int, int
         for i, row in enumerate(rows):
             ctx = tok(row["prompt"], add_special_tokens=False).input_ids
             whole = tok(row["prompt"] + row["action"], add_special_tokens=False).input_ids
-            cont = whole[len(ctx):]
+            cont = whole[len(ctx) :]
             inp = torch.tensor([ctx + cont], device=device)
             logits = F.log_softmax(model(inp).logits.float(), dim=-1)  # [1, L, V]
             lp = logits[0, len(ctx) - 1 : -1].gather(1, torch.tensor(cont, device=device)[:, None])
@@ -206,8 +245,8 @@ def baseline(model, tok, rows: list[dict], device) -> tuple[np.ndarray, int, int
 
 
 def gaca(log_path: Path, model_dir: Path, loaded, out: Path, max_batch_tokens: int, dtype: str = "fp32"):
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
 
     config = ScoreConfig(model=str(model_dir), dtype=dtype, device=str(loaded[2]), max_batch_tokens=max_batch_tokens)
     return run_score(read_log([log_path]), config, out, loaded=loaded)
@@ -226,15 +265,24 @@ def main() -> None:
     ap.add_argument("--obs-words", type=int, default=12)
     ap.add_argument("--models", default="llama-20M,llama-100M", help=f"comma list of {', '.join(MODELS)}")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
-                    help="the dtype the model is loaded in (both methods) and the floor's matmuls are measured in")
+    ap.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="the dtype the model is loaded in (both methods) and the floor's matmuls are measured in",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ap.add_argument("--max-batch-tokens", type=int, default=4096)
-    ap.add_argument("--sdpa", choices=("default", "no-cudnn"), default="default",
-                    help="attention kernels torch may pick for both methods: its default order, or every one but "
-                         "cuDNN's (which builds a plan for each new batch shape on Hopper)")
-    ap.add_argument("--again", action="store_true",
-                    help="also time gaca a second time on each log (every batch shape seen before)")
+    ap.add_argument(
+        "--sdpa",
+        choices=("default", "no-cudnn"),
+        default="default",
+        help="attention kernels torch may pick for both methods: its default order, or every one but "
+        "cuDNN's (which builds a plan for each new batch shape on Hopper)",
+    )
+    ap.add_argument(
+        "--again", action="store_true", help="also time gaca a second time on each log (every batch shape seen before)"
+    )
     args = ap.parse_args()
     if args.quick:
         args.groups, args.rollouts, args.steps, args.obs_words = 2, 2, 8, 8
@@ -254,10 +302,12 @@ def main() -> None:
     torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     flops = matmul_flops(device, torch_dtype)
-    header = (f"# device {device} ({device_name}), dtype {args.dtype}, attention {args.sdpa}, "
-              f"{torch.get_num_threads()} threads, "
-              f"matmul {flops / 1e9:,.1f} GFLOP/s ({args.dtype}); "
-              f"logs: {args.groups} groups × {args.rollouts} rollouts × {args.steps} steps")
+    header = (
+        f"# device {device} ({device_name}), dtype {args.dtype}, attention {args.sdpa}, "
+        f"{torch.get_num_threads()} threads, "
+        f"matmul {flops / 1e9:,.1f} GFLOP/s ({args.dtype}); "
+        f"logs: {args.groups} groups × {args.rollouts} rollouts × {args.steps} steps"
+    )
     print(header, flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -270,7 +320,9 @@ def main() -> None:
             loaded = load_causal_lm(str(model_dir), dtype=args.dtype, device=str(device))
             model, tok = loaded[0], loaded[1]
             head_params = model.get_output_embeddings().weight.numel()
-            body_params = sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel() - head_params
+            body_params = (
+                sum(p.numel() for p in model.parameters()) - model.get_input_embeddings().weight.numel() - head_params
+            )
             warm_rows = pq.read_table(warm["append-only"]).to_pylist()
             kernels = contextlib.nullcontext()
             if args.sdpa == "no-cudnn":
@@ -280,7 +332,14 @@ def main() -> None:
             with kernels:
                 for _ in range(2):  # warm-up: both paths, several shapes
                     baseline(model, tok, warm_rows, device)
-                    gaca(warm["append-only"], model_dir, loaded, tmp / "warm.out.parquet", args.max_batch_tokens, args.dtype)
+                    gaca(
+                        warm["append-only"],
+                        model_dir,
+                        loaded,
+                        tmp / "warm.out.parquet",
+                        args.max_batch_tokens,
+                        args.dtype,
+                    )
                 for kind, path in logs.items():
                     rows = pq.read_table(path).to_pylist()
                     work = step_tokens(tok, rows)
@@ -292,7 +351,9 @@ def main() -> None:
                     base_peak = peak_above(device, resident)
                     resident = reset_peak(device)
                     t0 = time.perf_counter()
-                    run = gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.out.parquet", args.max_batch_tokens, args.dtype)
+                    run = gaca(
+                        path, model_dir, loaded, tmp / f"{name}.{kind}.out.parquet", args.max_batch_tokens, args.dtype
+                    )
                     sync(device)
                     wall = time.perf_counter() - t0
                     got = run.table.column("nll_sum").to_numpy()
@@ -301,20 +362,46 @@ def main() -> None:
                     floor = 2 * (body_params * s["tokens"] + head_params * s["action_tokens"]) / flops
                     gaca_logits = min(HEAD_CHUNK_BYTES, s["action_tokens"] * VOCAB * 4)
                     peak = peak_above(device, resident)
-                    results.append(dict(model=name, params=body_params + head_params, log=kind, base_wall=base_wall, base_tokens=base_tokens,
-                                        wall=wall, tokens=s["tokens"], work=work, floor=floor,
-                                        packed=f"{s['packed_trajectories']}/{s['trajectories']}",
-                                        base_logits=base_logits, gaca_logits=gaca_logits, peak=peak, base_peak=base_peak,
-                                        diff=float(np.max(np.abs(got - ref)))))
+                    results.append(
+                        dict(
+                            model=name,
+                            params=body_params + head_params,
+                            log=kind,
+                            base_wall=base_wall,
+                            base_tokens=base_tokens,
+                            wall=wall,
+                            tokens=s["tokens"],
+                            work=work,
+                            floor=floor,
+                            packed=f"{s['packed_trajectories']}/{s['trajectories']}",
+                            base_logits=base_logits,
+                            gaca_logits=gaca_logits,
+                            peak=peak,
+                            base_peak=base_peak,
+                            diff=float(np.max(np.abs(got - ref))),
+                        )
+                    )
                     r = results[-1]
-                    print(f"# {name} {kind}: baseline {base_wall:.1f} s, gaca {wall:.1f} s "
-                          f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}, fast head {s['fast_head']}", flush=True)
+                    print(
+                        f"# {name} {kind}: baseline {base_wall:.1f} s, gaca {wall:.1f} s "
+                        f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}, fast head {s['fast_head']}",
+                        flush=True,
+                    )
                     if args.again:
                         t0 = time.perf_counter()
-                        gaca(path, model_dir, loaded, tmp / f"{name}.{kind}.again.parquet", args.max_batch_tokens, args.dtype)
+                        gaca(
+                            path,
+                            model_dir,
+                            loaded,
+                            tmp / f"{name}.{kind}.again.parquet",
+                            args.max_batch_tokens,
+                            args.dtype,
+                        )
                         sync(device)
-                        print(f"# {name} {kind}: gaca again (every batch shape seen before) {time.perf_counter() - t0:.2f} s",
-                              flush=True)
+                        print(
+                            f"# {name} {kind}: gaca again (every batch shape seen before) {time.perf_counter() - t0:.2f} s",
+                            flush=True,
+                        )
             del model, tok, loaded
             gc.collect()
             if device.type == "cuda":
@@ -325,30 +412,67 @@ def main() -> None:
 
 
 def print_table(results: list[dict], flops: float) -> None:
-    head = ("model", "log", "method", "wall s", "tok fwd", "step tok/s", "speed-up", "floor s", "× floor",
-            "logits MB", "packed", "max|Δnll|")
+    head = (
+        "model",
+        "log",
+        "method",
+        "wall s",
+        "tok fwd",
+        "step tok/s",
+        "speed-up",
+        "floor s",
+        "× floor",
+        "logits MB",
+        "packed",
+        "max|Δnll|",
+    )
     lines = []
     for r in results:
-        lines.append((r["model"], r["log"], "baseline", f"{r['base_wall']:.2f}", f"{r['base_tokens']:,}",
-                      f"{r['work'] / r['base_wall']:,.0f}", "1.0×", f"{r['floor']:.2f}",
-                      f"{r['base_wall'] / r['floor']:.1f}",
-                      f"{(r['base_peak'] if r['base_peak'] is not None else r['base_logits']) / 2**20:.0f}", "-", "-"))
-        lines.append((r["model"], r["log"], "gaca score", f"{r['wall']:.2f}", f"{r['tokens']:,}",
-                      f"{r['work'] / r['wall']:,.0f}", f"{r['base_wall'] / r['wall']:.1f}×", f"{r['floor']:.2f}",
-                      f"{r['wall'] / r['floor']:.1f}",
-                      f"{(r['peak'] if r['peak'] is not None else r['gaca_logits']) / 2**20:.0f}", r["packed"],
-                      f"{r['diff']:.1e}"))
+        lines.append(
+            (
+                r["model"],
+                r["log"],
+                "baseline",
+                f"{r['base_wall']:.2f}",
+                f"{r['base_tokens']:,}",
+                f"{r['work'] / r['base_wall']:,.0f}",
+                "1.0×",
+                f"{r['floor']:.2f}",
+                f"{r['base_wall'] / r['floor']:.1f}",
+                f"{(r['base_peak'] if r['base_peak'] is not None else r['base_logits']) / 2**20:.0f}",
+                "-",
+                "-",
+            )
+        )
+        lines.append(
+            (
+                r["model"],
+                r["log"],
+                "gaca score",
+                f"{r['wall']:.2f}",
+                f"{r['tokens']:,}",
+                f"{r['work'] / r['wall']:,.0f}",
+                f"{r['base_wall'] / r['wall']:.1f}×",
+                f"{r['floor']:.2f}",
+                f"{r['wall'] / r['floor']:.1f}",
+                f"{(r['peak'] if r['peak'] is not None else r['gaca_logits']) / 2**20:.0f}",
+                r["packed"],
+                f"{r['diff']:.1e}",
+            )
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = "  ".join(f"{{:{'<' if i < 3 else '>'}{w}}}" for i, w in enumerate(widths))
     print(fmt.format(*head))
     print(fmt.format(*("-" * w for w in widths)))
     for line in lines:
         print(fmt.format(*line))
-    print("\nstep tok/s: Σ over steps of context + action tokens ÷ wall (the same work for both methods);\n"
-          "floor: the task's FLOP floor, 2 × (body parameters × unique tokens + head parameters × action tokens)\n"
-          "       ÷ measured matmul FLOP/s (the same for both methods; × floor = wall ÷ floor);\n"
-          "logits MB: the largest float32 logits tensor built (on CUDA: each method's measured peak allocation\n"
-          "       above the resident model, torch.cuda.max_memory_allocated).")
+    print(
+        "\nstep tok/s: Σ over steps of context + action tokens ÷ wall (the same work for both methods);\n"
+        "floor: the task's FLOP floor, 2 × (body parameters × unique tokens + head parameters × action tokens)\n"
+        "       ÷ measured matmul FLOP/s (the same for both methods; × floor = wall ÷ floor);\n"
+        "logits MB: the largest float32 logits tensor built (on CUDA: each method's measured peak allocation\n"
+        "       above the resident model, torch.cuda.max_memory_allocated)."
+    )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ shows each loop's peak allocated memory (`torch.cuda.max_memory_allocated`, rese
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import shutil
@@ -66,10 +67,18 @@ def build_model(directory: Path, hidden: int, layers: int, vocab: int, seed: int
     from tests.lm.tiny_models import build_tokenizer
 
     tok = build_tokenizer()
-    config = LlamaConfig(hidden_size=hidden, intermediate_size=int(hidden * 8 / 3) // 8 * 8, num_hidden_layers=layers,
-                         num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 128),
-                         max_position_embeddings=4096, vocab_size=max(vocab, len(tok)),
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=int(hidden * 8 / 3) // 8 * 8,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 128),
+        max_position_embeddings=4096,
+        vocab_size=max(vocab, len(tok)),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(seed)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config)
@@ -86,15 +95,21 @@ def build_log(path: Path, n_steps: int, ctx: int, act: int, vocab: int, seed: in
     rng = np.random.default_rng(seed)
     n_ctx = rng.integers(int(ctx * 0.75), int(ctx * 1.25) + 1, size=n_steps)
     n_act = rng.integers(max(1, int(act * 0.75)), int(act * 1.25) + 1, size=n_steps)
-    table = pa.table({
-        "group_id": [f"g{i // 64}" for i in range(n_steps)],
-        "traj_id": [f"t{i // 8}" for i in range(n_steps)],
-        "step_idx": np.arange(n_steps) % 8,
-        "reward": np.zeros(n_steps),
-        "prompt_token_ids": pa.array([rng.integers(3, vocab, size=k).tolist() for k in n_ctx], pa.list_(pa.int32())),
-        "action_token_ids": pa.array([rng.integers(3, vocab, size=k).tolist() for k in n_act], pa.list_(pa.int32())),
-        "advantage": rng.normal(size=n_steps),
-    })
+    table = pa.table(
+        {
+            "group_id": [f"g{i // 64}" for i in range(n_steps)],
+            "traj_id": [f"t{i // 8}" for i in range(n_steps)],
+            "step_idx": np.arange(n_steps) % 8,
+            "reward": np.zeros(n_steps),
+            "prompt_token_ids": pa.array(
+                [rng.integers(3, vocab, size=k).tolist() for k in n_ctx], pa.list_(pa.int32())
+            ),
+            "action_token_ids": pa.array(
+                [rng.integers(3, vocab, size=k).tolist() for k in n_act], pa.list_(pa.int32())
+            ),
+            "advantage": rng.normal(size=n_steps),
+        }
+    )
     pq.write_table(table, path)
 
 
@@ -106,8 +121,9 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def plain_loop(model_dir: Path, data, config, steps: int, warmup: int, action_logits_only: bool,
-               device=None, bf16: bool = False) -> dict:
+def plain_loop(
+    model_dir: Path, data, config, steps: int, warmup: int, action_logits_only: bool, device=None, bf16: bool = False
+) -> dict:
     """The baseline: a training loop written with nothing but torch and transformers. float32
     weights on `device`; with `bf16`, the forward runs under torch.autocast(bfloat16) (what
     accelerate's mixed precision does) and the loss is computed in float32."""
@@ -177,8 +193,8 @@ def gaca_loop(log_path: Path, model_dir: Path, config, work: Path, steps: int, w
 
     import torch
 
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.training import train
+    from gaca_cli.log.io import read_log
 
     device = device if device is not None else torch.device("cpu")
     out = work / "gaca-out"
@@ -189,9 +205,14 @@ def gaca_loop(log_path: Path, model_dir: Path, config, work: Path, steps: int, w
     sync(device)
     wall = time.perf_counter() - started
     timed = result.metrics[warmup:]
-    return {"tokens": sum(m["tokens"] for m in timed), "seconds": sum(m["step_s"] for m in timed),
-            "end_to_end_tokens": sum(m["tokens"] for m in result.metrics), "end_to_end_s": wall,
-            "device": result.summary.get("device"), "mixed_precision": result.summary.get("mixed_precision")}
+    return {
+        "tokens": sum(m["tokens"] for m in timed),
+        "seconds": sum(m["step_s"] for m in timed),
+        "end_to_end_tokens": sum(m["tokens"] for m in result.metrics),
+        "end_to_end_s": wall,
+        "device": result.summary.get("device"),
+        "mixed_precision": result.summary.get("mixed_precision"),
+    }
 
 
 def measured(device, run):
@@ -223,15 +244,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed optimiser steps first")
     parser.add_argument("--repeats", type=int, default=None, help="alternating rounds (median shown)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="where all three loops train (cuda: gaca gets --device auto, its way to the GPU)")
-    parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
-                        help="fp32, or bf16 autocast over float32 weights (gaca: accelerate's bf16 mixed precision)")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where all three loops train (cuda: gaca gets --device auto, its way to the GPU)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="fp32, or bf16 autocast over float32 weights (gaca: accelerate's bf16 mixed precision)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
-    quick = dict(hidden=128, layers=2, vocab=8192, ctx=96, act=12, batch_size=16, max_batch_tokens=1024, steps=4, repeats=1)
-    full = dict(hidden=256, layers=4, vocab=32000, ctx=192, act=24, batch_size=16, max_batch_tokens=4096, steps=3, repeats=3)
-    p = {k: (getattr(args, k) if getattr(args, k) is not None else v) for k, v in (quick if args.quick else full).items()}
+    quick = dict(
+        hidden=128, layers=2, vocab=8192, ctx=96, act=12, batch_size=16, max_batch_tokens=1024, steps=4, repeats=1
+    )
+    full = dict(
+        hidden=256, layers=4, vocab=32000, ctx=192, act=24, batch_size=16, max_batch_tokens=4096, steps=3, repeats=3
+    )
+    p = {
+        k: (getattr(args, k) if getattr(args, k) is not None else v) for k, v in (quick if args.quick else full).items()
+    }
 
     import torch
 
@@ -251,14 +286,23 @@ def main(argv: list[str] | None = None) -> None:
         n_steps_log = p["batch_size"] * (args.warmup + p["steps"])
         log_path = work / "log.parquet"
         build_log(log_path, n_steps_log, p["ctx"], p["act"], min(p["vocab"], 300))
-        config = TrainConfig(model=str(model_dir), loss="pg", lr=1e-5, warmup_ratio=0.0, min_lr_ratio=1.0,
-                             batch_size=p["batch_size"], max_batch_tokens=p["max_batch_tokens"], save_every=0,
-                             device=device.type, dtype=args.dtype)
+        config = TrainConfig(
+            model=str(model_dir),
+            loss="pg",
+            lr=1e-5,
+            warmup_ratio=0.0,
+            min_lr_ratio=1.0,
+            batch_size=p["batch_size"],
+            max_batch_tokens=p["max_batch_tokens"],
+            save_every=0,
+            device=device.type,
+            dtype=args.dtype,
+        )
         # the data exactly as gaca builds it, for the baselines
-        from gaca_cli.log.checks import prepare_log
-        from gaca_cli.log.io import read_log
         from gaca_cli.lm.models import load_tokenizer
         from gaca_cli.lm.training import build_train_data
+        from gaca_cli.log.checks import prepare_log
+        from gaca_cli.log.io import read_log
 
         log = read_log([log_path])
         index, _ = prepare_log(log, "train-offline")
@@ -272,11 +316,22 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(p["repeats"]):
             for name in names:
                 if name == "gaca train-offline":
-                    run = lambda: gaca_loop(log_path, model_dir, config, work, p["steps"], args.warmup, device)
+                    run = functools.partial(
+                        gaca_loop, log_path, model_dir, config, work, p["steps"], args.warmup, device
+                    )
                 else:
                     only = name == "plain (action logits)"
-                    run = lambda only=only: plain_loop(model_dir, data, config, p["steps"], args.warmup,
-                                                       action_logits_only=only, device=device, bf16=bf16)
+                    run = functools.partial(
+                        plain_loop,
+                        model_dir,
+                        data,
+                        config,
+                        p["steps"],
+                        args.warmup,
+                        action_logits_only=only,
+                        device=device,
+                        bf16=bf16,
+                    )
                 r, used = measured(device, run)
                 rounds[name].append(r["tokens"] / r["seconds"])
                 if used is not None:
@@ -292,10 +347,19 @@ def main(argv: list[str] | None = None) -> None:
     same_math = median["plain (action logits)"]
     peak = {k: max(v) for k, v in peaks.items() if v}
     results = {
-        "params": n_params, "threads": torch.get_num_threads(), **p, "warmup": args.warmup,
-        "device": args.device, "device_name": device_name, "dtype": args.dtype,
-        "gaca_device": gaca_ran_on[0], "gaca_mixed_precision": gaca_ran_on[1], "peak_memory_bytes": peak or None,
-        "tokens_per_s": median, "rounds": rounds, "gaca_end_to_end_tokens_per_s": statistics.median(end_to_end),
+        "params": n_params,
+        "threads": torch.get_num_threads(),
+        **p,
+        "warmup": args.warmup,
+        "device": args.device,
+        "device_name": device_name,
+        "dtype": args.dtype,
+        "gaca_device": gaca_ran_on[0],
+        "gaca_mixed_precision": gaca_ran_on[1],
+        "peak_memory_bytes": peak or None,
+        "tokens_per_s": median,
+        "rounds": rounds,
+        "gaca_end_to_end_tokens_per_s": statistics.median(end_to_end),
         "gaca_vs_plain_full_logits": median["gaca train-offline"] / base,
         "gaca_overhead_vs_same_math": 1.0 - median["gaca train-offline"] / same_math,
     }
@@ -303,24 +367,32 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(results, indent=2))
         return
     flops = 6.0 * n_params
-    print(f"model: Llama {p['layers']}×{p['hidden']}, vocab {p['vocab']}, {n_params / 1e6:.1f}M parameters; "
-          f"steps: ~{p['ctx']} context + ~{p['act']} action tokens; batch {p['batch_size']} steps, "
-          f"micro-batches ≤ {p['max_batch_tokens']} padded tokens; {p['steps']} timed optimiser steps after "
-          f"{args.warmup} warm-up, median of {p['repeats']} alternating round(s); torch threads {torch.get_num_threads()}")
-    print(f"device: {device_name} ({args.device}), dtype {args.dtype}"
-          + (" (bf16 autocast over float32 weights)" if bf16 else "")
-          + f"; gaca ran on {gaca_ran_on[0]}, mixed precision {gaca_ran_on[1]}")
+    print(
+        f"model: Llama {p['layers']}×{p['hidden']}, vocab {p['vocab']}, {n_params / 1e6:.1f}M parameters; "
+        f"steps: ~{p['ctx']} context + ~{p['act']} action tokens; batch {p['batch_size']} steps, "
+        f"micro-batches ≤ {p['max_batch_tokens']} padded tokens; {p['steps']} timed optimiser steps after "
+        f"{args.warmup} warm-up, median of {p['repeats']} alternating round(s); torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"device: {device_name} ({args.device}), dtype {args.dtype}"
+        + (" (bf16 autocast over float32 weights)" if bf16 else "")
+        + f"; gaca ran on {gaca_ran_on[0]}, mixed precision {gaca_ran_on[1]}"
+    )
     if peak:
         print(f"{'loop':<24}{'tokens/s':>12}{'TFLOP/s (6N)':>14}{'ratio':>8}{'peak GiB':>10}")
         for name, value in median.items():
-            print(f"{name:<24}{value:>12,.0f}{flops * value / 1e12:>14.1f}{value / base:>8.2f}{peak[name] / 2**30:>10.1f}")
+            print(
+                f"{name:<24}{value:>12,.0f}{flops * value / 1e12:>14.1f}{value / base:>8.2f}{peak[name] / 2**30:>10.1f}"
+            )
     else:
         print(f"{'loop':<24}{'tokens/s':>12}{'GFLOP/s (6N)':>14}{'ratio':>8}")
         for name, value in median.items():
             print(f"{name:<24}{value:>12,.0f}{flops * value / 1e9:>14.2f}{value / base:>8.2f}")
     print(f"gaca end to end (load, tokenise, warm-up, save): {statistics.median(end_to_end):,.0f} tokens/s")
-    print(f"gaca overhead against the same maths in a plain loop: {100 * results['gaca_overhead_vs_same_math']:+.1f}% "
-          "(target < 15%; negative = faster)")
+    print(
+        f"gaca overhead against the same maths in a plain loop: {100 * results['gaca_overhead_vs_same_math']:+.1f}% "
+        "(target < 15%; negative = faster)"
+    )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=12, help="step budget of a rollout")
     p.add_argument("--seed", type=int, default=0, help="collection seed (part of group_id)")
     p.add_argument("--epsilon", type=float, default=0.3, help="scripted policy: exploration rate")
-    p.add_argument("--tokenizer", type=Path, default=None,
-                   help="scripted policy: tokenizer directory, to write action/prompt token ids")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="scripted policy: tokenizer directory, to write action/prompt token ids",
+    )
     p.add_argument("--model", type=Path, default=None, help="causal LM directory: sample commands with it")
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-new-tokens", type=int, default=16)
@@ -46,8 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def make_policy(args):
     if args.model is not None:
-        return tw.LMPolicy(args.model, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                           seed=args.seed)
+        return tw.LMPolicy(args.model, temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)
     tokenizer = None
     if args.tokenizer is not None:
         from transformers import AutoTokenizer
@@ -61,13 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
 
     start = time.perf_counter()
-    specs = tw.game_specs(args.games, args.first_game_seed, rooms=args.rooms, objects=args.objects,
-                          quest_length=args.quest_length)
+    specs = tw.game_specs(
+        args.games, args.first_game_seed, rooms=args.rooms, objects=args.objects, quest_length=args.quest_length
+    )
     games = [(s.name, tw.make_game(s, args.games_dir)) for s in specs]
     made = time.perf_counter()
     policy = make_policy(args)
     table = tw.collect(
-        games, policy, args.rollouts, args.max_steps, args.seed,
+        games,
+        policy,
+        args.rollouts,
+        args.max_steps,
+        args.seed,
         progress=lambda done, total: print(f"\rplayed {done}/{total} games", end="", file=sys.stderr),
     )
     print(file=sys.stderr)

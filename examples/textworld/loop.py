@@ -84,9 +84,29 @@ def update(model: Path, log: Path, method: str, work: Path, args) -> Path:
     run([*GACA, "advantages", str(source), "--method", method, "-o", str(adv), *args.advantages_args], cmdlog)
     if not has_signal(adv):
         return model  # A = 0 on every step (e.g. no group with both wins and losses): no update
-    run([*GACA, "train-offline", str(adv), "--model", str(model), "-o", str(new_model), "--loss", args.loss,
-         "--lr", str(args.lr), "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-         "--seed", str(args.train_seed), *args.train_args], cmdlog)
+    run(
+        [
+            *GACA,
+            "train-offline",
+            str(adv),
+            "--model",
+            str(model),
+            "-o",
+            str(new_model),
+            "--loss",
+            args.loss,
+            "--lr",
+            str(args.lr),
+            "--epochs",
+            str(args.epochs),
+            "--batch-size",
+            str(args.batch_size),
+            "--seed",
+            str(args.train_seed),
+            *args.train_args,
+        ],
+        cmdlog,
+    )
     return new_model
 
 
@@ -175,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     say = lambda msg: print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)  # noqa: E731
 
-    specs = tw.game_specs(args.games, args.first_game_seed, rooms=args.rooms, objects=args.objects,
-                          quest_length=args.quest_length)
+    specs = tw.game_specs(
+        args.games, args.first_game_seed, rooms=args.rooms, objects=args.objects, quest_length=args.quest_length
+    )
     games = [(s.name, tw.make_game(s, args.games_dir)) for s in specs]
     start = args.start_model
     if start is None:
@@ -194,27 +215,46 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(args.iterations + 1):
                 collect_seed = 1000 * seed + k
                 # iteration 0 is the start model with the same seed for every method: shared
-                log = (out / f"seed{seed}" / "iter0.parquet" if k == 0
-                       else out / f"seed{seed}" / method / f"iter{k}" / "rollouts.parquet")
+                log = (
+                    out / f"seed{seed}" / "iter0.parquet"
+                    if k == 0
+                    else out / f"seed{seed}" / method / f"iter{k}" / "rollouts.parquet"
+                )
                 t0 = time.perf_counter()
                 curve.append(collect_log(model, games, args, collect_seed, log))
-                say(f"seed {seed} {method} iter {k}: success {curve[-1]:.3f} "
-                    f"(collect {time.perf_counter() - t0:.0f}s)")
+                say(f"seed {seed} {method} iter {k}: success {curve[-1]:.3f} (collect {time.perf_counter() - t0:.0f}s)")
                 if k == args.iterations:
                     break
                 work = out / f"seed{seed}" / method / f"iter{k}"
                 work.mkdir(parents=True, exist_ok=True)
                 t0 = time.perf_counter()
                 new_model = update(model, log, method, work, args)
-                say(f"seed {seed} {method} iter {k}: "
-                    + (f"updated in {time.perf_counter() - t0:.0f}s" if new_model != model
-                       else "no step has a non-zero advantage: model unchanged"))
+                say(
+                    f"seed {seed} {method} iter {k}: "
+                    + (
+                        f"updated in {time.perf_counter() - t0:.0f}s"
+                        if new_model != model
+                        else "no step has a non-zero advantage: model unchanged"
+                    )
+                )
                 model = new_model
             results[method][str(seed)] = curve
-            (out / "results.json").write_text(json.dumps(
-                {"success": results, "games": [g for g, _ in games], "rollouts": args.rollouts,
-                 "iterations": args.iterations, "seeds": seeds, "start_model": str(start),
-                 "loss": args.loss, "lr": args.lr, "epochs": args.epochs}, indent=2))
+            (out / "results.json").write_text(
+                json.dumps(
+                    {
+                        "success": results,
+                        "games": [g for g, _ in games],
+                        "rollouts": args.rollouts,
+                        "iterations": args.iterations,
+                        "seeds": seeds,
+                        "start_model": str(start),
+                        "loss": args.loss,
+                        "lr": args.lr,
+                        "epochs": args.epochs,
+                    },
+                    indent=2,
+                )
+            )
     for line in summarise(results):
         print(line)
     plot(results, out / "success.png")

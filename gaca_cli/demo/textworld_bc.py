@@ -40,14 +40,19 @@ def build_tokenizer(texts: list[str], vocab_size: int = 1000):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     # train on the texts with the chat markers removed (they are special tokens)
     plain = [t.replace(tw.SYSTEM, "\n").replace(tw.USER, "\n").replace(tw.ASSISTANT, "\n") for t in texts]
     tok.train_from_iterator(plain, trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|pad|>", bos_token="<|endoftext|>",
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        pad_token="<|pad|>",
+        bos_token="<|endoftext|>",
         additional_special_tokens=[tw.SYSTEM, tw.USER, tw.ASSISTANT],
     )
     fast.chat_template = (
@@ -64,10 +69,17 @@ def build_model(tokenizer, hidden: int = 64, layers: int = 2, heads: int = 4, ma
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_positions,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config)
@@ -139,9 +151,20 @@ def fit(model, examples, steps: int, lr: float = 3e-3, batch_size: int = 8, seed
     return losses
 
 
-def warm_start(out_dir: Path, games: list[tuple[str, Path]], steps: int, noisy_rollouts: int = 4,
-               epsilon: float = 0.5, max_steps: int = 12, vocab_size: int = 1000, hidden: int = 64,
-               layers: int = 2, lr: float = 3e-3, seed: int = 0, log=None) -> dict:
+def warm_start(
+    out_dir: Path,
+    games: list[tuple[str, Path]],
+    steps: int,
+    noisy_rollouts: int = 4,
+    epsilon: float = 0.5,
+    max_steps: int = 12,
+    vocab_size: int = 1000,
+    hidden: int = 64,
+    layers: int = 2,
+    lr: float = 3e-3,
+    seed: int = 0,
+    log=None,
+) -> dict:
     """Build tokenizer and model, fit them to the games' walkthroughs, save to `out_dir`."""
     import torch
 
@@ -154,8 +177,9 @@ def warm_start(out_dir: Path, games: list[tuple[str, Path]], steps: int, noisy_r
     tokenizer = build_tokenizer(texts, vocab_size)
     rows = tw.collect(games, tw.ScriptedPolicy(0.0, seed, tokenizer), 1, max_steps, seed).to_pylist()
     if noisy_rollouts:
-        rows += tw.collect(games, tw.ScriptedPolicy(epsilon, seed, tokenizer), noisy_rollouts, max_steps,
-                           seed).to_pylist()
+        rows += tw.collect(
+            games, tw.ScriptedPolicy(epsilon, seed, tokenizer), noisy_rollouts, max_steps, seed
+        ).to_pylist()
     examples = examples_from_rows(rows, tokenizer)
     # 2-3. model and fit
     model = build_model(tokenizer, hidden=hidden, layers=layers, seed=seed)
@@ -167,9 +191,14 @@ def warm_start(out_dir: Path, games: list[tuple[str, Path]], steps: int, noisy_r
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
     info = {
-        "games": [name for name, _ in games], "examples": len(examples), "steps": steps,
-        "final_loss": losses[-1] if losses else None, "fit_seconds": round(time.perf_counter() - start, 1),
-        "parameters": sum(p.numel() for p in model.parameters()), "vocab": len(tokenizer), "seed": seed,
+        "games": [name for name, _ in games],
+        "examples": len(examples),
+        "steps": steps,
+        "final_loss": losses[-1] if losses else None,
+        "fit_seconds": round(time.perf_counter() - start, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab": len(tokenizer),
+        "seed": seed,
     }
     (out_dir / "bc.json").write_text(json.dumps(info, indent=2))
     return info
@@ -193,12 +222,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    specs = tw.game_specs(args.games, args.first_game_seed, rooms=args.rooms, objects=args.objects,
-                          quest_length=args.quest_length)
+    specs = tw.game_specs(
+        args.games, args.first_game_seed, rooms=args.rooms, objects=args.objects, quest_length=args.quest_length
+    )
     games = [(s.name, tw.make_game(s, args.games_dir)) for s in specs]
     info = warm_start(
-        args.output, games, args.steps, noisy_rollouts=args.noisy_rollouts, epsilon=args.epsilon,
-        max_steps=args.max_steps, hidden=args.hidden, layers=args.layers, lr=args.lr, seed=args.seed,
+        args.output,
+        games,
+        args.steps,
+        noisy_rollouts=args.noisy_rollouts,
+        epsilon=args.epsilon,
+        max_steps=args.max_steps,
+        hidden=args.hidden,
+        layers=args.layers,
+        lr=args.lr,
+        seed=args.seed,
         log=lambda s, loss: print(f"bc step {s}: loss {loss:.3f}", file=sys.stderr),
     )
     print(json.dumps(info), file=sys.stderr)

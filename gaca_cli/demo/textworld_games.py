@@ -31,7 +31,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -137,8 +137,15 @@ class TextWorldGame:
         import textworld
 
         infos = textworld.EnvInfos(
-            admissible_commands=True, policy_commands=True, description=True, inventory=True,
-            won=True, lost=True, score=True, objective=True, feedback=True,
+            admissible_commands=True,
+            policy_commands=True,
+            description=True,
+            inventory=True,
+            won=True,
+            lost=True,
+            score=True,
+            objective=True,
+            feedback=True,
         )
         self.env = textworld.start(str(path), request_infos=infos)
 
@@ -196,7 +203,7 @@ class Transcript:
            user turn, so that each step's context is exactly what the policy was given.
     """
 
-    tokenizer: object | None = None
+    tokenizer: Any = None  # a transformers tokenizer, or None for text-only transcripts
     messages: list[dict] = field(default_factory=list)
     text: str = ""
     ids: list[int] | None = None
@@ -323,8 +330,14 @@ class LMPolicy:
     true sampling distribution. The rollouts of a batch are sampled together (left padding).
     """
 
-    def __init__(self, model_dir: str | Path, temperature: float = 1.0, max_new_tokens: int = 16,
-                 seed: int = 0, device: str = "cpu"):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        temperature: float = 1.0,
+        max_new_tokens: int = 16,
+        seed: int = 0,
+        device: str = "cpu",
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -332,7 +345,8 @@ class LMPolicy:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(device)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        self.model = model.to(device)  # type: ignore[arg-type]  # transformers' stubs type .to() as a decorator
         self.model.eval()
         self.device = device
         self.temperature = temperature
@@ -354,13 +368,19 @@ class LMPolicy:
 
         torch = self.torch
         config = GenerationConfig(
-            do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0,
-            max_new_tokens=self.max_new_tokens, eos_token_id=self.eot_id, pad_token_id=self.pad_id,
-            output_scores=True, return_dict_in_generate=True,
+            do_sample=True,
+            temperature=self.temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=self.max_new_tokens,
+            eos_token_id=self.eot_id,
+            pad_token_id=self.pad_id,
+            output_scores=True,
+            return_dict_in_generate=True,
         )
         # one left-padded batch (positions follow the attention mask, so each row's scores
         # equal those of the same context unpadded, to float32 rounding)
-        contexts = [t.ids for t in transcripts]
+        contexts = [list(t.ids or []) for t in transcripts]  # LM transcripts always hold token ids
         width = max(len(c) for c in contexts)
         ids = torch.tensor([[self.pad_id] * (width - len(c)) + c for c in contexts], device=self.device)
         mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=self.device)
@@ -377,7 +397,7 @@ class LMPolicy:
             logprobs = [float(logprobs_all[row, k, tok]) for k, tok in enumerate(new)]
             ends_turn = bool(new) and new[-1] == self.eot_id
             body = new[:-1] if ends_turn else new
-            action = self.tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            action = str(self.tokenizer.decode(body, skip_special_tokens=False, clean_up_tokenization_spaces=False))
             out.append(Decision(action, game_command(action), logprobs, new, ends_turn=ends_turn))
         return out
 
@@ -426,8 +446,8 @@ def play_group(
                     "behavior_logprobs": d.logprobs,
                 }
                 if policy.tokenizer is not None:
-                    row["prompt_token_ids"] = list(transcripts[i].ids)
-                    row["action_token_ids"] = list(d.token_ids)
+                    row["prompt_token_ids"] = list(transcripts[i].ids or [])
+                    row["action_token_ids"] = list(d.token_ids or [])
                 after = games[i].step(d.command)
                 states[i] = after
                 row["reward"] = float(after.score - before.score)
@@ -444,8 +464,14 @@ def play_group(
             won = states[i].won
             ret = float(sum(r["reward"] for r in traj))
             for r in traj:
-                r.update(success=won, truncated=not traj[-1]["done"], episode_reward=ret,
-                         task_id=task_id, policy_version=policy.name, source="textworld")
+                r.update(
+                    success=won,
+                    truncated=not traj[-1]["done"],
+                    episode_reward=ret,
+                    task_id=task_id,
+                    policy_version=policy.name,
+                    source="textworld",
+                )
             out.extend(traj)
         return out
     finally:
@@ -456,11 +482,21 @@ def play_group(
 def log_schema(with_token_ids: bool) -> pa.Schema:
     chat = pa.list_(pa.struct([("role", pa.string()), ("content", pa.large_string())]))
     fields = [
-        ("group_id", pa.string()), ("traj_id", pa.string()), ("step_idx", pa.int32()),
-        ("prompt", pa.large_string()), ("messages", chat), ("action", pa.large_string()),
-        ("command", pa.string()), ("anchor_obs", pa.large_string()), ("observation", pa.large_string()),
-        ("reward", pa.float64()), ("done", pa.bool_()), ("truncated", pa.bool_()),
-        ("success", pa.bool_()), ("episode_reward", pa.float64()), ("is_action_valid", pa.bool_()),
+        ("group_id", pa.string()),
+        ("traj_id", pa.string()),
+        ("step_idx", pa.int32()),
+        ("prompt", pa.large_string()),
+        ("messages", chat),
+        ("action", pa.large_string()),
+        ("command", pa.string()),
+        ("anchor_obs", pa.large_string()),
+        ("observation", pa.large_string()),
+        ("reward", pa.float64()),
+        ("done", pa.bool_()),
+        ("truncated", pa.bool_()),
+        ("success", pa.bool_()),
+        ("episode_reward", pa.float64()),
+        ("is_action_valid", pa.bool_()),
         ("expert_command", pa.string()),
         ("behavior_logprobs", pa.list_(pa.float32())),
     ]

@@ -20,7 +20,6 @@ from typing import Protocol
 
 import torch
 
-
 #: log-ratios are clamped to ±this before exp (as verl does) so that a stale behavior
 #: log-prob cannot overflow the ratio; inside the clamp the gradient is exact.
 MAX_LOG_RATIO = 20.0
@@ -164,12 +163,18 @@ def token_weights(
 class LossParams(Protocol):
     """The objective's knobs, read by attribute (`training.TrainConfig` has them all)."""
 
-    clip_low: float
-    clip_high: float
-    is_cap: float | None
-    awr_temperature: float
-    awr_max_weight: float
-    bc_threshold: float
+    @property
+    def clip_low(self) -> float: ...
+    @property
+    def clip_high(self) -> float: ...
+    @property
+    def is_cap(self) -> float | None: ...
+    @property
+    def awr_temperature(self) -> float: ...
+    @property
+    def awr_max_weight(self) -> float: ...
+    @property
+    def bc_threshold(self) -> float: ...
 
 
 def _ppo(logp, adv, behavior_logp, p: LossParams):

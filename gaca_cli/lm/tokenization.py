@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gaca_cli.log import columns as C
 from gaca_cli.errors import GacaError
+from gaca_cli.log import columns as C
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.io import Log
 
@@ -109,7 +109,9 @@ def _render_messages(log: Log, tokenizer, rows: np.ndarray, model: str) -> list[
         try:
             text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         except Exception as exc:  # jinja errors of the model's own template: a data/model problem
-            raise _error(log, C.MESSAGES, f"the chat template cannot render this chat ({exc})", np.array([row])) from None
+            raise _error(
+                log, C.MESSAGES, f"the chat template cannot render this chat ({exc})", np.array([row])
+            ) from None
         out.append(text)
     return out
 
@@ -117,8 +119,9 @@ def _render_messages(log: Log, tokenizer, rows: np.ndarray, model: str) -> list[
 def _tokenize(tokenizer, texts: list[str], add_special_tokens: bool) -> list[np.ndarray]:
     out: list[np.ndarray] = []
     for i in range(0, len(texts), _TOKENIZE_BATCH):
-        enc = tokenizer(texts[i : i + _TOKENIZE_BATCH], add_special_tokens=add_special_tokens,
-                        return_attention_mask=False)["input_ids"]
+        enc = tokenizer(
+            texts[i : i + _TOKENIZE_BATCH], add_special_tokens=add_special_tokens, return_attention_mask=False
+        )["input_ids"]
         out.extend(np.asarray(ids, dtype=np.int64) for ids in enc)
     return out
 
@@ -152,15 +155,19 @@ def tokenize_steps(
     has_ids = C.PROMPT_TOKEN_IDS in names and C.ACTION_TOKEN_IDS in names
     if context == "tokens" and not has_ids:
         missing = C.PROMPT_TOKEN_IDS if C.PROMPT_TOKEN_IDS not in names else C.ACTION_TOKEN_IDS
-        raise GacaError("--context tokens needs the columns 'prompt_token_ids' and 'action_token_ids'",
-                        file=log.source, column=missing)
+        raise GacaError(
+            "--context tokens needs the columns 'prompt_token_ids' and 'action_token_ids'",
+            file=log.source,
+            column=missing,
+        )
     if has_ids and context in ("auto", "tokens"):
         try:
             p_ids, p_ok = _token_lists(table.column(C.PROMPT_TOKEN_IDS), rows)
             a_ids, a_ok = _token_lists(table.column(C.ACTION_TOKEN_IDS), rows)
         except ValueError:
-            raise GacaError("token id lists must not contain nulls", file=log.source,
-                            column=log.original_name(C.PROMPT_TOKEN_IDS)) from None
+            raise GacaError(
+                "token id lists must not contain nulls", file=log.source, column=log.original_name(C.PROMPT_TOKEN_IDS)
+            ) from None
         use = p_ok & a_ok
         if context == "tokens" and not use.all():
             raise _error(log, C.PROMPT_TOKEN_IDS, "--context tokens: token ids are null", rows[~use])
@@ -173,9 +180,12 @@ def tokenize_steps(
         text_col = text_source(log, context)
         if text_col is None or C.ACTION not in names:
             what = "'prompt' or 'messages'" if text_col is None else "'action'"
-            raise _error(log, C.PROMPT if text_col is None else C.ACTION,
-                         f"these rows have no token ids, and the log has no column {what} to tokenise",
-                         rows[need_text])
+            raise _error(
+                log,
+                C.PROMPT if text_col is None else C.ACTION,
+                f"these rows have no token ids, and the log has no column {what} to tokenise",
+                rows[need_text],
+            )
         text_rows = rows[need_text]
         if text_col == C.PROMPT:
             contexts = table.column(C.PROMPT).take(pa.array(text_rows)).to_pylist()
@@ -198,28 +208,44 @@ def tokenize_steps(
                 bad.append(j)
         if bad:
             if strict_prefix:
-                raise _error(log, C.ACTION,
-                             "the context's tokens are not a prefix of the tokens of context + action "
-                             "(drop --strict-prefix to score the action tokenised on its own)", text_rows[bad])
+                raise _error(
+                    log,
+                    C.ACTION,
+                    "the context's tokens are not a prefix of the tokens of context + action "
+                    "(drop --strict-prefix to score the action tokenised on its own)",
+                    text_rows[bad],
+                )
             alone = _tokenize(tokenizer, [actions[j] for j in bad], False)
             for j, a in zip(bad, alone):
                 act[need_text[j]] = a
 
     _check_ranges(log, rows, ctx, act, vocab_size)
-    ctx_arr: list[np.ndarray] = [np.asarray(c, dtype=np.int32) for c in ctx]  # type: ignore[arg-type]
-    act_arr: list[np.ndarray] = [np.asarray(a, dtype=np.int32) for a in act]  # type: ignore[arg-type]
+    ctx_arr: list[np.ndarray] = [np.asarray(c, dtype=np.int32) for c in ctx]
+    act_arr: list[np.ndarray] = [np.asarray(a, dtype=np.int32) for a in act]
     empty_ctx = np.array([len(c) == 0 and len(a) > 0 for c, a in zip(ctx_arr, act_arr)], dtype=bool)
     if empty_ctx.any():
-        raise _error(log, C.PROMPT, "the context has no tokens, so the first action token has nothing to be "
-                     "predicted from (try --add-special-tokens to start with the BOS token)", rows[empty_ctx])
+        raise _error(
+            log,
+            C.PROMPT,
+            "the context has no tokens, so the first action token has nothing to be "
+            "predicted from (try --add-special-tokens to start with the BOS token)",
+            rows[empty_ctx],
+        )
     return StepTokens(context=ctx_arr, action=act_arr, source=source, prefix_mismatch=mismatch)
 
 
 def _check_ranges(log: Log, rows: np.ndarray, ctx: list, act: list, vocab_size: int | None) -> None:
     if vocab_size is None:
         return
-    bad = [i for i, (c, a) in enumerate(zip(ctx, act))
-           if (len(c) and (c.min() < 0 or c.max() >= vocab_size)) or (len(a) and (a.min() < 0 or a.max() >= vocab_size))]
+    bad = [
+        i
+        for i, (c, a) in enumerate(zip(ctx, act))
+        if (len(c) and (c.min() < 0 or c.max() >= vocab_size)) or (len(a) and (a.min() < 0 or a.max() >= vocab_size))
+    ]
     if bad:
-        raise _error(log, C.PROMPT_TOKEN_IDS, f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary)",
-                     rows[np.array(bad)])
+        raise _error(
+            log,
+            C.PROMPT_TOKEN_IDS,
+            f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary)",
+            rows[np.array(bad)],
+        )

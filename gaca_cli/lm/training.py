@@ -39,12 +39,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import __version__
+from gaca_cli.errors import GacaError
+from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import StepIndex, prepare_log
-from gaca_cli.errors import GacaError
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.io import Log
-from gaca_cli.lm.train_config import TrainConfig
 
 #: --loss choices: the keys of losses.TOKEN_LOSSES (a test keeps them equal; this module is
 #: imported by the command line, which must not import torch)
@@ -158,8 +158,17 @@ def choose_behavior(
     problems: list[GacaError] = []
     for name in present:
         col = plain(log.table.column(name))
-        if not ((pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) and pa.types.is_floating(col.type.value_type)):
-            problems.append(GacaError(f"type {col.type} is not usable here; expected list<float32>", file=log.source, column=log.original_name(name)))
+        if not (
+            (pa.types.is_list(col.type) or pa.types.is_large_list(col.type))
+            and pa.types.is_floating(col.type.value_type)
+        ):
+            problems.append(
+                GacaError(
+                    f"type {col.type} is not usable here; expected list<float32>",
+                    file=log.source,
+                    column=log.original_name(name),
+                )
+            )
             continue
         values = index.sorted_column(log.table, name)
         lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
@@ -188,7 +197,9 @@ def choose_behavior(
         lists = values.to_pylist()
         nonfinite = [i for i in np.flatnonzero(kept) if not np.all(np.isfinite(np.asarray(lists[i], dtype=np.float64)))]
         if nonfinite:
-            problems.append(_row_error(log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)]))
+            problems.append(
+                _row_error(log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)])
+            )
             continue
         return name, lists
     if not required:
@@ -210,7 +221,9 @@ def choose_behavior(
     )
 
 
-def build_train_data(log: Log, index: StepIndex, tokenizer, config: TrainConfig, vocab_size: int | None = None) -> TrainData:
+def build_train_data(
+    log: Log, index: StepIndex, tokenizer, config: TrainConfig, vocab_size: int | None = None
+) -> TrainData:
     """Keep the steps that carry a gradient, tokenise them as `gaca score` does
     (`tokenization.tokenize_steps`, same --context / --add-special-tokens / --strict-prefix)
     and align μ with their action tokens."""
@@ -254,13 +267,15 @@ def build_train_data(log: Log, index: StepIndex, tokenizer, config: TrainConfig,
             "filtered-bc": f"no step has A > {config.bc_threshold:g} (--bc-threshold)",
             "awr": "no step has action tokens",
         }[config.loss]
-        detail = ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in counts.items() if v and k not in ("rows", "trained"))
-        raise GacaError(f"no step to train on: {why} ({detail})", file=log.source, column=log.original_name(C.ADVANTAGE))
+        detail = ", ".join(
+            f"{k.replace('_', ' ')}: {v}" for k, v in counts.items() if v and k not in ("rows", "trained")
+        )
+        raise GacaError(
+            f"no step to train on: {why} ({detail})", file=log.source, column=log.original_name(C.ADVANTAGE)
+        )
     position_of = np.full(n, -1, dtype=np.int64)
     position_of[candidates] = np.arange(len(candidates))
-    input_ids = [
-        np.concatenate([tokens.context[j], tokens.action[j]]).astype(np.int64) for j in position_of[keep_idx]
-    ]
+    input_ids = [np.concatenate([tokens.context[j], tokens.action[j]]).astype(np.int64) for j in position_of[keep_idx]]
     behavior = None
     if behavior_lists is not None:
         behavior = [np.asarray(behavior_lists[i], dtype=np.float32) for i in keep_idx]
@@ -409,8 +424,15 @@ def kept_logits(model, ids, keep, mode: str):
     return model(input_ids=ids, use_cache=False).logits[keep]
 
 
-def action_logprobs(model, sequences: Sequence[np.ndarray], n_context: Sequence[int], pad_id: int, device,
-                    temperature: float = 1.0, keep_mode: str | None = None):
+def action_logprobs(
+    model,
+    sequences: Sequence[np.ndarray],
+    n_context: Sequence[int],
+    pad_id: int,
+    device,
+    temperature: float = 1.0,
+    keep_mode: str | None = None,
+):
     """log π(y_t | x, y_<t) of every action token of a micro-batch, float32 [Σ n_action].
 
     Right-padded [B, L] input with no attention mask: causal attention never looks to the
@@ -459,7 +481,8 @@ def apply_lora(model, config: TrainConfig):
         targets = "all-linear"
     lora = LoraConfig(
         r=config.lora_r,
-        lora_alpha=config.lora_alpha if config.lora_alpha is not None else 2 * config.lora_r,
+        # peft annotates lora_alpha as int, but the scale alpha/r takes any number
+        lora_alpha=config.lora_alpha if config.lora_alpha is not None else 2 * config.lora_r,  # type: ignore[arg-type]
         lora_dropout=0.0,
         target_modules=targets,
         bias="none",
@@ -594,8 +617,17 @@ EventHandler = Callable[[str, dict], None]
 
 
 def _sum_stats():
-    return {"policy": 0.0, "kl_sum": 0.0, "tokens": 0.0, "action_tokens": 0.0, "ratio_sum": 0.0,
-            "ratio_sq": 0.0, "ratio_n": 0.0, "clipped": 0.0, "seqs": 0.0}
+    return {
+        "policy": 0.0,
+        "kl_sum": 0.0,
+        "tokens": 0.0,
+        "action_tokens": 0.0,
+        "ratio_sum": 0.0,
+        "ratio_sq": 0.0,
+        "ratio_n": 0.0,
+        "clipped": 0.0,
+        "seqs": 0.0,
+    }
 
 
 def train_device(device: str):
@@ -611,8 +643,10 @@ def train_device(device: str):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     launched = "LOCAL_RANK" in os.environ
     if device.startswith("cuda:") and launched:
-        raise GacaError(f"--device {device}: under torchrun / accelerate launch each process trains on its own GPU; "
-                        "use --device cuda or auto")
+        raise GacaError(
+            f"--device {device}: under torchrun / accelerate launch each process trains on its own GPU; "
+            "use --device cuda or auto"
+        )
     dev = resolve_device(device)
     if dev.type == "cuda" and dev.index is not None and not launched:
         torch.cuda.set_device(dev)
@@ -645,7 +679,6 @@ class _Trainer:
 
     # ---- setup (no side effects on disk) ----
     def setup(self) -> None:
-        import torch
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
@@ -664,7 +697,9 @@ class _Trainer:
             model_id,
             revision=config.revision,
             dtype="fp32",
-            device=self.accelerator.device.type if self.accelerator.device.type == "cpu" else str(self.accelerator.device),
+            device=self.accelerator.device.type
+            if self.accelerator.device.type == "cpu"
+            else str(self.accelerator.device),
             trust_remote_code=config.trust_remote_code,
         )
         self.device = device
@@ -740,7 +775,9 @@ class _Trainer:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(
+            params, lr=config.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=config.weight_decay
+        )
         total, warmup, floor = self.total, self.warmup, config.min_lr_ratio
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total, warmup, floor))
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
@@ -789,8 +826,9 @@ class _Trainer:
                 if data.behavior is not None:
                     behavior = torch.from_numpy(np.concatenate([data.behavior[i] for i in members])).to(self.device)
                 ell, stats = policy_token_loss(config.loss, logp, adv, behavior, config)
-                weight = token_weights(seq_of_token, torch.from_numpy(act).to(self.device), config.aggregation,
-                                       n_tok_total, n_seq_total)
+                weight = token_weights(
+                    seq_of_token, torch.from_numpy(act).to(self.device), config.aggregation, n_tok_total, n_seq_total
+                )
                 if dummy:
                     weight = weight * 0.0
                 policy = (weight * ell).sum()
@@ -828,17 +866,19 @@ class _Trainer:
         t = dict(zip(keys, totals.tolist()))
         elapsed = time.perf_counter() - started
         has_ratio = t["ratio_n"] > 0
-        kl = t["kl_sum"] / t["action_tokens"] if self.ref is not None else float("nan")
+        kl_mean = t["kl_sum"] / t["action_tokens"] if self.ref is not None else float("nan")
         return {
             "step": step + 1,
             "epoch": self.plan.epoch_of(step),
-            "loss": t["policy"] + (config.kl_coef * kl if self.ref is not None else 0.0),
+            "loss": t["policy"] + (config.kl_coef * kl_mean if self.ref is not None else 0.0),
             "policy_loss": t["policy"],
-            "kl": kl,
+            "kl": kl_mean,
             "ratio_mean": t["ratio_sum"] / t["ratio_n"] if has_ratio else float("nan"),
             "ratio_max": float(ratio_max) if has_ratio else float("nan"),
             "clip_frac": t["clipped"] / t["action_tokens"] if config.loss == "ppo" else float("nan"),
-            "ess": (t["ratio_sum"] ** 2) / (t["ratio_n"] * t["ratio_sq"]) if has_ratio and t["ratio_sq"] > 0 else float("nan"),
+            "ess": (t["ratio_sum"] ** 2) / (t["ratio_n"] * t["ratio_sq"])
+            if has_ratio and t["ratio_sq"] > 0
+            else float("nan"),
             "grad_norm": float(grad_norm),
             "lr": lr,
             "seqs": int(t["seqs"]),
@@ -861,8 +901,12 @@ class _Trainer:
         acc.save_state(str(tmp))
         acc.wait_for_everyone()
         if acc.is_main_process:
-            state = {"step": step, "config": _resume_fields(self.config), "data_fingerprint": self.fingerprint,
-                     "gaca_version": __version__}
+            state = {
+                "step": step,
+                "config": _resume_fields(self.config),
+                "data_fingerprint": self.fingerprint,
+                "gaca_version": __version__,
+            }
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
@@ -913,8 +957,15 @@ class _Trainer:
         acc.wait_for_everyone()
         self.restore()
         metrics_path = self.out_dir / METRICS_FILE
-        self.emit("start", {"total_steps": self.total, "start_step": self.start_step, "sequences": len(self.data),
-                            "behavior_source": self.data.behavior_source})
+        self.emit(
+            "start",
+            {
+                "total_steps": self.total,
+                "start_step": self.start_step,
+                "sequences": len(self.data),
+                "behavior_source": self.data.behavior_source,
+            },
+        )
         history: list[dict] = []
         wall = time.perf_counter()
         for step in range(self.start_step, self.total):
@@ -930,8 +981,14 @@ class _Trainer:
         saved = self.save_final()
         summary = self.summary(history, wall, saved)
         if acc.is_main_process:
-            run_doc = {C.META_TRAIN: {"config": self.config.as_metadata(), "summary": summary,
-                                      "data_fingerprint": self.fingerprint, "gaca_version": __version__}}
+            run_doc = {
+                C.META_TRAIN: {
+                    "config": self.config.as_metadata(),
+                    "summary": summary,
+                    "data_fingerprint": self.fingerprint,
+                    "gaca_version": __version__,
+                }
+            }
             (self.out_dir / RUN_FILE).write_text(json.dumps(run_doc, indent=2, default=str), encoding="utf-8")
         return TrainResult(out_dir=self.out_dir, summary=summary, metrics=history, is_main_process=acc.is_main_process)
 
@@ -941,7 +998,9 @@ class _Trainer:
         return {
             "output": str(self.out_dir),
             "loss": self.config.loss,
-            "mode": f"lora r={self.config.lora_r}" + (" merged" if self.config.merge else "") if self.config.use_lora else "full",
+            "mode": f"lora r={self.config.lora_r}" + (" merged" if self.config.merge else "")
+            if self.config.use_lora
+            else "full",
             "behavior_source": self.data.behavior_source,
             "steps": self.total,
             "resumed_from_step": self.start_step if self.resume else None,

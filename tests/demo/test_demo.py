@@ -28,8 +28,21 @@ def test_demo_runs_every_stage(tmp_path):
     out = tmp_path / "demo"
     result = CliRunner().invoke(
         app,
-        ["demo", "--out", str(out), "--games", "1", "--rollouts", "4", "--bc-steps", "60",
-         "--methods", "gigpo,gaca", "--iterations", "1"],
+        [
+            "demo",
+            "--out",
+            str(out),
+            "--games",
+            "1",
+            "--rollouts",
+            "4",
+            "--bc-steps",
+            "60",
+            "--methods",
+            "gigpo,gaca",
+            "--iterations",
+            "1",
+        ],
         env={"NO_COLOR": "1", "COLUMNS": "100"},
     )
     assert result.exit_code == 0, result.output

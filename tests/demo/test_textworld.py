@@ -146,10 +146,31 @@ def test_loop_runs_one_tiny_iteration(game, tiny_llama, tmp_path):
     out = tmp_path / "loop"
     games_dir = Path(str(game[1])).parent
     proc = subprocess.run(
-        [sys.executable, str(TW_DIR / "loop.py"), "--out", str(out), "--start-model", str(tiny_llama),
-         "--games", "1", "--games-dir", str(games_dir), "--rollouts", "3", "--max-steps", "2",
-         "--max-new-tokens", "4", "--iterations", "1", "--methods", "gaca"],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(TW_DIR / "loop.py"),
+            "--out",
+            str(out),
+            "--start-model",
+            str(tiny_llama),
+            "--games",
+            "1",
+            "--games-dir",
+            str(games_dir),
+            "--rollouts",
+            "3",
+            "--max-steps",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--iterations",
+            "1",
+            "--methods",
+            "gaca",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())

@@ -25,8 +25,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gaca_cli.log import columns as C
 from gaca_cli.cli import app
+from gaca_cli.log import columns as C
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -91,9 +91,22 @@ def test_score_cuda_default_is_bf16_and_close_to_fp32(trained_policy, tmp_path):
     """`--device cuda` alone loads bf16 weights; its NLLs stay within bf16's precision of the
     fp32 ones (per token 0.05 nats plus 2 %), on a policy whose log-probs spread over several nats."""
     policy, log = trained_policy
-    bf16 = invoke("score", log, "--model", policy, "--device", "cuda", "--token-logprobs", "-o", tmp_path / "bf16.parquet")
-    fp32 = invoke("score", log, "--model", policy, "--device", "cpu", "--dtype", "fp32", "--token-logprobs",
-                  "-o", tmp_path / "fp32.parquet")
+    bf16 = invoke(
+        "score", log, "--model", policy, "--device", "cuda", "--token-logprobs", "-o", tmp_path / "bf16.parquet"
+    )
+    fp32 = invoke(
+        "score",
+        log,
+        "--model",
+        policy,
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--token-logprobs",
+        "-o",
+        tmp_path / "fp32.parquet",
+    )
     assert bf16["dtype"] == "bf16" and fp32["dtype"] == "fp32"
     ra, rb = scored(tmp_path / "bf16.parquet"), scored(tmp_path / "fp32.parquet")
     spread = np.ptp(np.concatenate([r[C.TOKEN_LOGPROBS] for r in rb.values() if r[C.N_ACTION_TOKENS]]))
@@ -115,8 +128,16 @@ def long_rows(n_traj: int = 8, steps: int = 4, words: int = 420, seed: int = 3) 
     for t in range(n_traj):
         for s in range(steps):
             text = " ".join(rng.choice(OBSERVATIONS) for _ in range(words // 8))
-            rows.append(dict(group_id=f"g{t // 4}", traj_id=f"t{t}", step_idx=s, reward=float(s == steps - 1),
-                             prompt=f"<|user|>Step {s}. {text}\n<|assistant|>", action=rng.choice(ACTIONS)))
+            rows.append(
+                dict(
+                    group_id=f"g{t // 4}",
+                    traj_id=f"t{t}",
+                    step_idx=s,
+                    reward=float(s == steps - 1),
+                    prompt=f"<|user|>Step {s}. {text}\n<|assistant|>",
+                    action=rng.choice(ACTIONS),
+                )
+            )
     return rows
 
 
@@ -126,16 +147,25 @@ def test_score_backs_off_on_real_cuda_out_of_memory(tmp_path):
     its batches until they fit, and the numbers equal those of small batches without the cap."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.models import load_causal_lm
     from gaca_cli.lm.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
     from tests.lm.test_score import write_log
     from tests.lm.tiny_models import build_tokenizer
 
     tok = build_tokenizer()
-    config = LlamaConfig(hidden_size=512, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=8,
-                         num_key_value_heads=8, max_position_embeddings=4096, vocab_size=len(tok),
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = LlamaConfig(
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=4096,
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     model_dir = tmp_path / "model"
     AutoModelForCausalLM.from_config(config).save_pretrained(model_dir)
@@ -144,8 +174,9 @@ def test_score_backs_off_on_real_cuda_out_of_memory(tmp_path):
     loaded = load_causal_lm(str(model_dir), dtype="fp32", device="cuda")
 
     def score(out: Path, max_batch_tokens: int) -> dict:
-        cfg = ScoreConfig(model=str(model_dir), dtype="fp32", device="cuda", token_logprobs=True,
-                          max_batch_tokens=max_batch_tokens)
+        cfg = ScoreConfig(
+            model=str(model_dir), dtype="fp32", device="cuda", token_logprobs=True, max_batch_tokens=max_batch_tokens
+        )
         return run_score(read_log([log]), cfg, out, loaded=loaded).summary
 
     small = score(tmp_path / "small.parquet", 2048)
@@ -183,15 +214,39 @@ def test_train_fp32_on_cuda_matches_the_cpu(tiny_llama, tmp_path):
     rng = np.random.default_rng(4)
     log = write_log(tmp_path / "log.parquet", many_rows())
     scored_log = tmp_path / "scored.parquet"
-    invoke("score", log, "--model", tiny_llama, "--device", "cpu", "--dtype", "fp32", "--token-logprobs",
-           "-o", scored_log)
+    invoke(
+        "score", log, "--model", tiny_llama, "--device", "cpu", "--dtype", "fp32", "--token-logprobs", "-o", scored_log
+    )
     table = pq.read_table(scored_log)
     noisy = [[x - float(rng.uniform(0, 0.3)) for x in lps] for lps in table.column(C.TOKEN_LOGPROBS).to_pylist()]
-    pq.write_table(table.set_column(table.schema.get_field_index(C.TOKEN_LOGPROBS), C.TOKEN_LOGPROBS,
-                                    pa.array(noisy, pa.list_(pa.float32()))), scored_log)
+    pq.write_table(
+        table.set_column(
+            table.schema.get_field_index(C.TOKEN_LOGPROBS), C.TOKEN_LOGPROBS, pa.array(noisy, pa.list_(pa.float32()))
+        ),
+        scored_log,
+    )
     lr = 1e-3
-    args = ["train-offline", scored_log, "--model", tiny_llama, "--loss", "ppo", "--kl-coef", "0.1", "--max-steps", "3",
-            "--batch-size", "5", "--max-batch-tokens", "64", "--lr", str(lr), "--dtype", "fp32", *FAST]
+    args = [
+        "train-offline",
+        scored_log,
+        "--model",
+        tiny_llama,
+        "--loss",
+        "ppo",
+        "--kl-coef",
+        "0.1",
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "5",
+        "--max-batch-tokens",
+        "64",
+        "--lr",
+        str(lr),
+        "--dtype",
+        "fp32",
+        *FAST,
+    ]
     gpu = invoke(*args, "--device", "cuda", "-o", tmp_path / "gpu")
     cpu = invoke(*args, "--device", "cpu", "-o", tmp_path / "cpu")
     assert gpu["device"].startswith("cuda") and cpu["device"] == "cpu"
@@ -212,16 +267,42 @@ def test_train_cuda_default_is_bf16_mixed_precision_and_learns(tmp_path, tiny_ll
     generated both actions, four PPO steps raise log π(GOOD) and lower log π(BAD) (measured in
     fp32 on the CPU), the first step's ratio is 1 within bf16's precision, and the saved weights
     are fp32."""
-    from tests.lm.test_train_offline import (BAD, FAST, GOOD, PROMPT, fit_to_actions, load_state, slow_action_logprob,
-                                          two_action_rows, write_log)
+    from tests.lm.test_train_offline import (
+        BAD,
+        FAST,
+        GOOD,
+        PROMPT,
+        fit_to_actions,
+        load_state,
+        slow_action_logprob,
+        two_action_rows,
+        write_log,
+    )
 
     start = fit_to_actions(tiny_llama, tmp_path / "start", [(PROMPT, GOOD), (PROMPT, BAD)])
     log = write_log(tmp_path / "log.parquet", two_action_rows())
     scored_log = tmp_path / "scored.parquet"
     invoke("score", log, "--model", start, "--device", "cuda", "--token-logprobs", "-o", scored_log)
     out = tmp_path / "out"
-    summary = invoke("train-offline", scored_log, "--model", start, "--loss", "ppo", "--max-steps", "4", "--lr", "3e-3",
-                     "--batch-size", "2", "--device", "cuda", "-o", out, *FAST)
+    summary = invoke(
+        "train-offline",
+        scored_log,
+        "--model",
+        start,
+        "--loss",
+        "ppo",
+        "--max-steps",
+        "4",
+        "--lr",
+        "3e-3",
+        "--batch-size",
+        "2",
+        "--device",
+        "cuda",
+        "-o",
+        out,
+        *FAST,
+    )
     assert summary["device"].startswith("cuda") and summary["mixed_precision"] == "bf16"
     good0, bad0 = (slow_action_logprob(start, PROMPT, a) for a in (GOOD, BAD))
     good1, bad1 = (slow_action_logprob(out, PROMPT, a) for a in (GOOD, BAD))
@@ -241,8 +322,25 @@ def test_lora_on_cuda_loads_on_the_cpu(tiny_llama, tmp_path):
     from tests.lm.test_train_offline import FAST, many_rows, write_log
 
     log = write_log(tmp_path / "log.parquet", many_rows())
-    args = ["train-offline", log, "--model", tiny_llama, "--loss", "pg", "--lora-r", "4", "--lora-targets",
-            "q_proj,v_proj", "--max-steps", "2", "--lr", "1e-2", "--device", "cuda", *FAST]
+    args = [
+        "train-offline",
+        log,
+        "--model",
+        tiny_llama,
+        "--loss",
+        "pg",
+        "--lora-r",
+        "4",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--max-steps",
+        "2",
+        "--lr",
+        "1e-2",
+        "--device",
+        "cuda",
+        *FAST,
+    ]
     invoke(*args, "--merge", "-o", tmp_path / "merged")
     ids = torch.tensor([[5, 17, 40, 99, 3]])
     base = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()

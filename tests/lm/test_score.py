@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gaca_cli.log import columns as C
 from gaca_cli.cli import app
+from gaca_cli.log import columns as C
 
 runner = CliRunner()
 TOL = 1e-5
@@ -42,8 +42,9 @@ def render(messages: list[dict]) -> str:
     return "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages) + "<|assistant|>"
 
 
-def make_rows(*, groups: int = 2, trajs: int = 3, steps: int = 4, rewrite: bool = False, seed: int = 0,
-              duplicate: bool = True) -> list[dict]:
+def make_rows(
+    *, groups: int = 2, trajs: int = 3, steps: int = 4, rewrite: bool = False, seed: int = 0, duplicate: bool = True
+) -> list[dict]:
     """Multi-turn rollouts: an append-only chat history (packable), or with `rewrite` a history
     replaced by a summary at every step (no step is a prefix of the next). With `duplicate`,
     the last trajectory of group 0 repeats the first one under another traj_id."""
@@ -53,9 +54,11 @@ def make_rows(*, groups: int = 2, trajs: int = 3, steps: int = 4, rewrite: bool 
         system = {"role": "system", "content": f"You are an agent in a house. Task: reach the garden {g}"}
         played: list[list[tuple[str, str]]] = []
         for r in range(trajs):
-            script = played[0] if duplicate and g == 0 and r == trajs - 1 else [
-                (rng.choice(OBSERVATIONS), rng.choice(ACTIONS)) for _ in range(steps)
-            ]
+            script = (
+                played[0]
+                if duplicate and g == 0 and r == trajs - 1
+                else [(rng.choice(OBSERVATIONS), rng.choice(ACTIONS)) for _ in range(steps)]
+            )
             played.append(script)
             history = [system]
             for t, (obs, action) in enumerate(script):
@@ -63,11 +66,18 @@ def make_rows(*, groups: int = 2, trajs: int = 3, steps: int = 4, rewrite: bool 
                     history = [system, {"role": "user", "content": f"Step {t}. {obs}"}]
                 else:
                     history.append({"role": "user", "content": obs})
-                rows.append({
-                    "group_id": f"g{g}", "traj_id": f"g{g}/r{r}", "step_idx": t, "reward": float(t == steps - 1),
-                    "prompt": render(history), "messages": [dict(m) for m in history], "action": action,
-                    "extra": f"kept {g}-{r}-{t}",
-                })
+                rows.append(
+                    {
+                        "group_id": f"g{g}",
+                        "traj_id": f"g{g}/r{r}",
+                        "step_idx": t,
+                        "reward": float(t == steps - 1),
+                        "prompt": render(history),
+                        "messages": [dict(m) for m in history],
+                        "action": action,
+                        "extra": f"kept {g}-{r}-{t}",
+                    }
+                )
                 history.append({"role": "assistant", "content": action})
     return rows
 
@@ -83,7 +93,9 @@ def add_token_ids(rows: list[dict], tokenizer, rewrite: bool = False) -> list[di
         action_ids = tokenizer(" " + row["action"], add_special_tokens=False).input_ids
         obs_ids = tokenizer(row["messages"][-1]["content"] + "<|assistant|>", add_special_tokens=False).input_ids
         key = row["traj_id"]
-        prompt_ids = (prev[key] if row["step_idx"] > 0 else tokenizer(row["messages"][0]["content"]).input_ids) + obs_ids
+        prompt_ids = (
+            prev[key] if row["step_idx"] > 0 else tokenizer(row["messages"][0]["content"]).input_ids
+        ) + obs_ids
         if rewrite:
             prompt_ids = tokenizer(row["prompt"], add_special_tokens=False).input_ids
         prev[key] = prompt_ids + action_ids
@@ -93,8 +105,13 @@ def add_token_ids(rows: list[dict], tokenizer, rewrite: bool = False) -> list[di
 
 def write_log(path: Path, rows: list[dict], drop: tuple[str, ...] = ()) -> Path:
     rows = [{k: v for k, v in r.items() if k not in drop} for r in rows]
-    types = {"prompt": pa.large_string(), "action": pa.large_string(), "step_idx": pa.int32(),
-             "prompt_token_ids": pa.list_(pa.int32()), "action_token_ids": pa.list_(pa.int32())}
+    types = {
+        "prompt": pa.large_string(),
+        "action": pa.large_string(),
+        "step_idx": pa.int32(),
+        "prompt_token_ids": pa.list_(pa.int32()),
+        "action_token_ids": pa.list_(pa.int32()),
+    }
     names = list(rows[0])
     schema = pa.schema([(n, types[n]) if n in types else (n, pa.array([r[n] for r in rows]).type) for n in names])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
@@ -127,8 +144,9 @@ def loaded(model_dir: Path) -> tuple:
     return _LOADED[key]
 
 
-def reference_scores(model_dir: Path, rows: list[dict], source: str, temperature: float = 1.0,
-                     action_alone: bool = False) -> list[tuple[float, int, list[float]]]:
+def reference_scores(
+    model_dir: Path, rows: list[dict], source: str, temperature: float = 1.0, action_alone: bool = False
+) -> list[tuple[float, int, list[float]]]:
     """(nll_sum, n_tokens, token log-probs) per row: one full forward per step."""
     import torch
 
@@ -138,15 +156,18 @@ def reference_scores(model_dir: Path, rows: list[dict], source: str, temperature
         if source == "tokens":
             ctx, act = list(row["prompt_token_ids"]), list(row["action_token_ids"])
         else:
-            text = row["prompt"] if source == "prompt" else tok.apply_chat_template(
-                row["messages"], tokenize=False, add_generation_prompt=True)
+            text = (
+                row["prompt"]
+                if source == "prompt"
+                else tok.apply_chat_template(row["messages"], tokenize=False, add_generation_prompt=True)
+            )
             ctx = tok(text, add_special_tokens=False).input_ids
             if action_alone:
                 act = tok(row["action"], add_special_tokens=False).input_ids
             else:
                 full = tok(text + row["action"], add_special_tokens=False).input_ids
                 assert full[: len(ctx)] == ctx
-                act = full[len(ctx):]
+                act = full[len(ctx) :]
         if not act:
             out.append((0.0, 0, []))
             continue
@@ -178,8 +199,8 @@ def assert_matches(table: pa.Table, rows: list[dict], ref: list, token_logprobs:
 
 def score_lib(log_path: Path, model_dir: Path, out: Path, **options):
     """The library call, with the model already in memory."""
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
 
     column_map = options.pop("column_map", None)
     hooks = {k: options.pop(k) for k in ("on_chunk",) if k in options}
@@ -188,6 +209,7 @@ def score_lib(log_path: Path, model_dir: Path, out: Path, **options):
 
 
 # --------------------------------------------------------------------------- equality with the twin
+
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 @pytest.mark.parametrize("source", ["prompt", "messages", "tokens"])
@@ -257,6 +279,7 @@ def test_out_of_memory_backs_off(tiny_llama, tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- tokenisation rules
 
+
 def test_empty_action_and_prefix_mismatch(tiny_llama, tmp_path):
     """An empty action: nll_sum 0, no tokens, null mean. A context ending in 'take k' before
     the action 'ey' breaks the prefix rule (BPE merges ' key'): counted, reported, and
@@ -270,15 +293,30 @@ def test_empty_action_and_prefix_mismatch(tiny_llama, tmp_path):
     ctx = tok(rows[1]["prompt"]).input_ids
     assert tok(rows[1]["prompt"] + "ey").input_ids[: len(ctx)] != ctx
     run = score_lib(log, tiny_llama, tmp_path / "out.parquet")
-    ref = reference_scores(tiny_llama, rows[:1], "prompt") + reference_scores(tiny_llama, rows[1:2], "prompt", action_alone=True) \
+    ref = (
+        reference_scores(tiny_llama, rows[:1], "prompt")
+        + reference_scores(tiny_llama, rows[1:2], "prompt", action_alone=True)
         + reference_scores(tiny_llama, rows[2:], "prompt")
+    )
     assert_matches(run.table, rows, ref)
     assert run.summary["empty_actions"] == 1
     assert run.summary["prefix_mismatch_rows"] == 1
     assert run.summary["prefix_mismatch_examples"] == ["(g0/r0, 1)"]
 
-    result = runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "-o", str(tmp_path / "strict.parquet"),
-                                 "--strict-prefix", "--device", "cpu"])
+    result = runner.invoke(
+        app,
+        [
+            "score",
+            str(log),
+            "--model",
+            str(tiny_llama),
+            "-o",
+            str(tmp_path / "strict.parquet"),
+            "--strict-prefix",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 1
     assert "not a prefix" in result.stderr and "(g0/r0, 1)" in result.stderr
     assert not (tmp_path / "strict.parquet").exists()
@@ -294,8 +332,12 @@ def test_rerun_replaces_own_columns_and_keeps_the_rest(tiny_llama, tmp_path):
     second = tmp_path / "twice.parquet"
     args = ["--model", str(tiny_llama), "--token-logprobs", "--device", "cpu"]
     assert runner.invoke(app, ["score", str(log), "-o", str(first), *args]).exit_code == 0
-    assert runner.invoke(app, ["score", str(first), "-o", str(second), "--model", str(tiny_llama), "-T", "2",
-                                 "--device", "cpu"]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["score", str(first), "-o", str(second), "--model", str(tiny_llama), "-T", "2", "--device", "cpu"]
+        ).exit_code
+        == 0
+    )
     once, twice = pq.read_table(first), pq.read_table(second)
     inputs = pq.read_table(log).column_names
     assert twice.column_names == inputs + [C.NLL_SUM, C.NLL_MEAN, C.N_ACTION_TOKENS]  # token_logprobs gone: stale
@@ -308,11 +350,29 @@ def test_rerun_replaces_own_columns_and_keeps_the_rest(tiny_llama, tmp_path):
 
 def test_column_map(tiny_gpt2, tmp_path):
     rows = make_rows(groups=1, trajs=2, steps=2, seed=10)
-    renamed = [{("text_in" if k == "prompt" else "reply" if k == "action" else k): v for k, v in r.items()} for r in rows]
+    renamed = [
+        {("text_in" if k == "prompt" else "reply" if k == "action" else k): v for k, v in r.items()} for r in rows
+    ]
     log = write_log(tmp_path / "log.parquet", renamed, ("messages",))
     out = tmp_path / "out.parquet"
-    result = runner.invoke(app, ["score", str(log), "--model", str(tiny_gpt2), "-o", str(out), "--json",
-                                 "--map", "prompt=text_in", "--map", "action=reply", "--device", "cpu"])
+    result = runner.invoke(
+        app,
+        [
+            "score",
+            str(log),
+            "--model",
+            str(tiny_gpt2),
+            "-o",
+            str(out),
+            "--json",
+            "--map",
+            "prompt=text_in",
+            "--map",
+            "action=reply",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rows"] == len(rows)
     table = pq.read_table(out)
@@ -322,14 +382,24 @@ def test_column_map(tiny_gpt2, tmp_path):
 
 # --------------------------------------------------------------------------- interruption
 
+
 def test_resume_after_interruption_gives_the_same_file(tiny_llama, tmp_path):
     """Interrupt after the first chunk (as Ctrl-C would), then finish with --resume: the
     file equals an uninterrupted run's, and the finished chunk is not scored again."""
     rows = make_rows(groups=3, trajs=3, steps=3, seed=11)
     log = write_log(tmp_path / "log.parquet", rows)
     whole = tmp_path / "whole.parquet"
-    common = ["--model", str(tiny_llama), "--chunk-rows", "9", "--max-batch-tokens", "300", "--token-logprobs",
-              "--device", "cpu"]
+    common = [
+        "--model",
+        str(tiny_llama),
+        "--chunk-rows",
+        "9",
+        "--max-batch-tokens",
+        "300",
+        "--token-logprobs",
+        "--device",
+        "cpu",
+    ]
     assert runner.invoke(app, ["score", str(log), "-o", str(whole), *common]).exit_code == 0
 
     out = tmp_path / "resumed.parquet"
@@ -359,6 +429,7 @@ def test_resume_after_interruption_gives_the_same_file(tiny_llama, tmp_path):
 
 # --------------------------------------------------------------------------- errors
 
+
 def _assert_error(result, out: Path, *needles: str) -> None:
     assert result.exit_code == 1, result.output
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
@@ -375,14 +446,20 @@ def test_bad_model_paths(tiny_llama, tmp_path):
     out = tmp_path / "out.parquet"
     empty = tmp_path / "empty-dir"
     empty.mkdir()
-    for model, needle in [(tmp_path / "missing", "no such model directory"), (empty, "config.json"),
-                          (log, "not a file")]:
+    for model, needle in [
+        (tmp_path / "missing", "no such model directory"),
+        (empty, "config.json"),
+        (log, "not a file"),
+    ]:
         _assert_error(runner.invoke(app, ["score", str(log), "--model", str(model), "-o", str(out)]), out, needle)
     import torch
 
     if not torch.cuda.is_available():
-        _assert_error(runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "-o", str(out),
-                                          "--device", "cuda"]), out, "no CUDA device")
+        _assert_error(
+            runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "-o", str(out), "--device", "cuda"]),
+            out,
+            "no CUDA device",
+        )
 
 
 def test_bad_logs(tiny_llama, tmp_path):
@@ -391,20 +468,27 @@ def test_bad_logs(tiny_llama, tmp_path):
     out = tmp_path / "out.parquet"
     rows = make_rows(groups=1, trajs=2, steps=2, seed=13)
     no_text = write_log(tmp_path / "no_text.parquet", rows, ("prompt", "messages"))
-    _assert_error(runner.invoke(app, ["score", str(no_text), "--model", str(tiny_llama), "-o", str(out)]), out,
-                  "'prompt'")
+    _assert_error(
+        runner.invoke(app, ["score", str(no_text), "--model", str(tiny_llama), "-o", str(out)]), out, "'prompt'"
+    )
     dup = write_log(tmp_path / "dup.parquet", rows + rows[:1])
-    _assert_error(runner.invoke(app, ["score", str(dup), "--model", str(tiny_llama), "-o", str(out)]), out,
-                  "unique")
+    _assert_error(runner.invoke(app, ["score", str(dup), "--model", str(tiny_llama), "-o", str(out)]), out, "unique")
     bad_ids = add_token_ids(rows, loaded(tiny_llama)[1])
     bad_ids[1]["action_token_ids"] = [5, 10_000]
     bad = write_log(tmp_path / "bad_ids.parquet", bad_ids)
-    _assert_error(runner.invoke(app, ["score", str(bad), "--model", str(tiny_llama), "-o", str(out)]), out,
-                  "vocabulary", "(g0/r0, 1)")
+    _assert_error(
+        runner.invoke(app, ["score", str(bad), "--model", str(tiny_llama), "-o", str(out)]),
+        out,
+        "vocabulary",
+        "(g0/r0, 1)",
+    )
     messages_only = write_log(tmp_path / "messages.parquet", rows, ("prompt",))
     no_template = build_model(tmp_path / "no-template", arch="llama", chat_template=False)
-    _assert_error(runner.invoke(app, ["score", str(messages_only), "--model", str(no_template), "-o", str(out)]), out,
-                  "chat template")
+    _assert_error(
+        runner.invoke(app, ["score", str(messages_only), "--model", str(no_template), "-o", str(out)]),
+        out,
+        "chat template",
+    )
     usage = runner.invoke(app, ["score", str(messages_only), "--model", str(tiny_llama), "-o", str(out), "-T", "0"])
     assert usage.exit_code == 2 and not out.exists()
 

@@ -22,14 +22,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from gaca_cli.log import columns as C
 from gaca_cli.errors import GacaError
+from gaca_cli.log import columns as C
 from tests.lm.test_score import loaded, make_rows, one_thread, score_lib, write_log  # noqa: F401 (fixture)
 
 
 def run_two_ranks(log: Path, model_dir: Path, out: Path, **options):
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
 
     config = ScoreConfig(model=str(model_dir), dtype="fp32", device="cpu", **options)
     calls = []
@@ -48,7 +48,7 @@ def run_two_ranks(log: Path, model_dir: Path, out: Path, **options):
 def test_two_ranks_equal_one_process(tiny_llama, tmp_path):
     rows = make_rows(groups=3, trajs=3, steps=3, seed=21)
     log = write_log(tmp_path / "log.parquet", rows)
-    single = score_lib(log, tiny_llama, tmp_path / "single.parquet", token_logprobs=True)
+    score_lib(log, tiny_llama, tmp_path / "single.parquet", token_logprobs=True)
     run0, run1 = run_two_ranks(log, tiny_llama, tmp_path / "ranks.parquet", chunk_rows=4, token_logprobs=True)
     assert run1.table is None and run1.summary["rank"] == 1 and run1.summary["chunks"] > 0
     assert run0.summary["world_size"] == 2 and run0.summary["rows"] == len(rows)
@@ -58,16 +58,20 @@ def test_two_ranks_equal_one_process(tiny_llama, tmp_path):
     assert b.select(inputs).equals(a.select(inputs))
     assert b.column(C.N_ACTION_TOKENS).equals(a.column(C.N_ACTION_TOKENS))
     np.testing.assert_allclose(b.column(C.NLL_SUM).to_numpy(), a.column(C.NLL_SUM).to_numpy(), atol=1e-6, rtol=0)
-    np.testing.assert_allclose(np.concatenate(b.column(C.TOKEN_LOGPROBS).to_pylist()),
-                               np.concatenate(a.column(C.TOKEN_LOGPROBS).to_pylist()), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        np.concatenate(b.column(C.TOKEN_LOGPROBS).to_pylist()),
+        np.concatenate(a.column(C.TOKEN_LOGPROBS).to_pylist()),
+        atol=1e-6,
+        rtol=0,
+    )
     assert pq.read_schema(tmp_path / "ranks.parquet").metadata == pq.read_schema(tmp_path / "single.parquet").metadata
     assert not (tmp_path / "ranks.parquet.parts").exists()
 
 
 def test_merge_refuses_a_missing_rank(tiny_llama, tmp_path):
     """Rank 0 alone (rank 1 never ran): no output, a message saying what is missing."""
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
 
     rows = make_rows(groups=2, trajs=2, steps=2, seed=22)
     log = write_log(tmp_path / "log.parquet", rows)
@@ -87,8 +91,23 @@ def test_torchrun_two_cpu_processes(tiny_llama, tmp_path):
     single = score_lib(log, tiny_llama, tmp_path / "single.parquet")
     torchrun = TORCHRUN
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [torchrun, "--nproc-per-node", "2", "-m", "gaca_cli", "score", str(log), "--model", str(tiny_llama),
-           "-o", str(tmp_path / "ranks.parquet"), "--chunk-rows", "4", "--device", "cpu"]
+    cmd = [
+        torchrun,
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gaca_cli",
+        "score",
+        str(log),
+        "--model",
+        str(tiny_llama),
+        "-o",
+        str(tmp_path / "ranks.parquet"),
+        "--chunk-rows",
+        "4",
+        "--device",
+        "cpu",
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "wrote" in done.stderr and done.stderr.count("wrote") == 1  # rank 0 alone reports

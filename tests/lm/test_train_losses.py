@@ -114,7 +114,9 @@ def test_token_weights_examples():
     seq = torch.tensor([0, 1, 1, 1])
     lengths = torch.tensor([1, 3])
     torch.testing.assert_close(L.token_weights(seq, lengths, "token-mean", 4, 2), torch.full((4,), 0.25))
-    torch.testing.assert_close(L.token_weights(seq, lengths, "seq-mean", 4, 2), torch.tensor([0.5, 1 / 6, 1 / 6, 1 / 6]))
+    torch.testing.assert_close(
+        L.token_weights(seq, lengths, "seq-mean", 4, 2), torch.tensor([0.5, 1 / 6, 1 / 6, 1 / 6])
+    )
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean"])

@@ -54,9 +54,17 @@ def many_rows(n_traj: int = 6, n_steps: int = 3) -> list[dict]:
     rows = []
     for t in range(n_traj):
         for s in range(n_steps):
-            rows.append(dict(group_id=f"g{t // 3}", traj_id=f"t{t}", step_idx=s, reward=float(s == n_steps - 1),
-                             prompt=f"<|user|>You are in the corridor. {s}\n<|assistant|>",
-                             action=actions[(t + s) % 4], advantage=float((t * 5 + s * 3) % 7 - 3) / 2))
+            rows.append(
+                dict(
+                    group_id=f"g{t // 3}",
+                    traj_id=f"t{t}",
+                    step_idx=s,
+                    reward=float(s == n_steps - 1),
+                    prompt=f"<|user|>You are in the corridor. {s}\n<|assistant|>",
+                    action=actions[(t + s) % 4],
+                    advantage=float((t * 5 + s * 3) % 7 - 3) / 2,
+                )
+            )
     return rows
 
 
@@ -108,8 +116,18 @@ def test_one_step_changes_every_trainable_parameter(tiny_llama, tmp_path):
     assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape[-1] == model.config.vocab_size
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [1]
-    for key in ("loss", "policy_loss", "kl", "ratio_mean", "ratio_max", "clip_frac", "ess", "grad_norm",
-                "tokens_per_s", "lr"):
+    for key in (
+        "loss",
+        "policy_loss",
+        "kl",
+        "ratio_mean",
+        "ratio_max",
+        "clip_frac",
+        "ess",
+        "grad_norm",
+        "tokens_per_s",
+        "lr",
+    ):
         assert key in lines[0]
     assert lines[0]["lr"] == pytest.approx(1e-3) and lines[0]["grad_norm"] > 0
 
@@ -146,8 +164,9 @@ def two_action_policy(tiny_llama, tmp_path_factory):
     start = fit_to_actions(tiny_llama, root / "start", [(PROMPT, GOOD), (PROMPT, BAD)])
     log = write_log(root / "log.parquet", two_action_rows())
     scored = root / "scored.parquet"
-    res = runner.invoke(app, ["score", str(log), "--model", str(start), "--token-logprobs", "--device", "cpu",
-                              "-o", str(scored)])
+    res = runner.invoke(
+        app, ["score", str(log), "--model", str(start), "--token-logprobs", "--device", "cpu", "-o", str(scored)]
+    )
     assert res.exit_code == 0, res.output
     return start, scored
 
@@ -161,8 +180,25 @@ def test_each_loss_raises_the_good_action_and_lowers_the_bad(loss, two_action_po
     --token-logprobs`, so the first step's ratio is exactly 1 on every token: the tokens line up."""
     start, scored = two_action_policy
     out = tmp_path / loss
-    res = run([scored, "--model", start, "--loss", loss, "--max-steps", "4", "--lr", "3e-3", "--batch-size", "2",
-               "-o", out, "--json", *FAST])
+    res = run(
+        [
+            scored,
+            "--model",
+            start,
+            "--loss",
+            loss,
+            "--max-steps",
+            "4",
+            "--lr",
+            "3e-3",
+            "--batch-size",
+            "2",
+            "-o",
+            out,
+            "--json",
+            *FAST,
+        ]
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["behavior_source"] == "token_logprobs"
@@ -210,8 +246,11 @@ def test_action_logprobs_match_the_slow_twin(arch_fixture, keep_mode, request):
     model, tok, device, _ = load_causal_lm(str(model_dir), dtype="fp32", device="cpu")
     if keep_mode == "mask" and logits_keep_mode(model) != "mask":
         pytest.skip("this transformers version takes no boolean logits_to_keep mask")
-    pairs = [(PROMPT, GOOD), ("<|user|>You are in the corridor. The garden door is locked.\n<|assistant|>", "open door with key"),
-             ("<|user|>x\n<|assistant|>", BAD)]
+    pairs = [
+        (PROMPT, GOOD),
+        ("<|user|>You are in the corridor. The garden door is locked.\n<|assistant|>", "open door with key"),
+        ("<|user|>x\n<|assistant|>", BAD),
+    ]
     seqs, n_ctx, want = [], [], []
     for c, a in pairs:
         ctx = tok(c)["input_ids"]
@@ -273,8 +312,26 @@ def test_micro_batching_does_not_change_the_step(tiny_llama, tmp_path):
     records = []
     for budget in ("100000", "40"):
         out = tmp_path / f"b{budget}"
-        res = run([log, "--model", tiny_llama, "--loss", "awr", "--aggregation", "seq-mean", "--max-steps", "2",
-                   "--batch-size", "9", "--max-batch-tokens", budget, "-o", out, *FAST])
+        res = run(
+            [
+                log,
+                "--model",
+                tiny_llama,
+                "--loss",
+                "awr",
+                "--aggregation",
+                "seq-mean",
+                "--max-steps",
+                "2",
+                "--batch-size",
+                "9",
+                "--max-batch-tokens",
+                budget,
+                "-o",
+                out,
+                *FAST,
+            ]
+        )
         assert res.exit_code == 0, res.output
         records.append([json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()])
     for a, b in zip(*records):
@@ -298,9 +355,23 @@ def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
     import subprocess
     import sys
 
-    alone = subprocess.run([sys.executable, "-m", "gaca_cli", "train-offline", *map(str, args), "--dtype", "fp32",
-                            "-o", str(tmp_path / "alone")], capture_output=True, text=True, timeout=300,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+    alone = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gaca_cli",
+            "train-offline",
+            *map(str, args),
+            "--dtype",
+            "fp32",
+            "-o",
+            str(tmp_path / "alone"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert alone.returncode == 0, alone.stderr
     a, b = load_state(tmp_path / "run1"), load_state(tmp_path / "alone")
     for k in a:
@@ -310,8 +381,8 @@ def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
 def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     """ppo with a KL penalty and seq-mean: a run interrupted after step 3 (checkpoint at 2) and
     resumed with --resume ends with the same parameters and metrics as an uninterrupted run."""
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.training import TrainConfig, train
+    from gaca_cli.log.io import read_log
 
     rows = many_rows()
     rng = np.random.default_rng(0)
@@ -322,14 +393,42 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
         n = len(tok(r["prompt"] + r["action"])["input_ids"]) - len(tok(r["prompt"])["input_ids"])
         r["behavior_logprobs"] = (-rng.uniform(0.5, 6.0, size=n)).astype(np.float32).tolist()
     log = write_log(tmp_path / "log.parquet", rows)
-    args = ["--model", tiny_llama, "--loss", "ppo", "--kl-coef", "0.1", "--aggregation", "seq-mean", "--max-steps", "5",
-            "--batch-size", "6", "--lr", "3e-3", "--save-every", "2", "--warmup-ratio", "0.2"]
+    args = [
+        "--model",
+        tiny_llama,
+        "--loss",
+        "ppo",
+        "--kl-coef",
+        "0.1",
+        "--aggregation",
+        "seq-mean",
+        "--max-steps",
+        "5",
+        "--batch-size",
+        "6",
+        "--lr",
+        "3e-3",
+        "--save-every",
+        "2",
+        "--warmup-ratio",
+        "0.2",
+    ]
     full = tmp_path / "full"
     res = run([log, *args, "-o", full])
     assert res.exit_code == 0, res.output
 
-    config = TrainConfig(model=str(tiny_llama), loss="ppo", kl_coef=0.1, aggregation="seq-mean", max_steps=5,
-                         batch_size=6, lr=3e-3, save_every=2, warmup_ratio=0.2, device="cpu")
+    config = TrainConfig(
+        model=str(tiny_llama),
+        loss="ppo",
+        kl_coef=0.1,
+        aggregation="seq-mean",
+        max_steps=5,
+        batch_size=6,
+        lr=3e-3,
+        save_every=2,
+        warmup_ratio=0.2,
+        device="cpu",
+    )
     part = tmp_path / "part"
 
     def interrupt(kind, info):
@@ -357,8 +456,8 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
 def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
     """A run started with --device auto resumes with --device cpu where auto means the CPU (no
     GPU), and is refused where auto meant a GPU; another option still refuses the resume."""
-    from gaca_cli.log.io import read_log
     from gaca_cli.lm.training import TrainConfig, train
+    from gaca_cli.log.io import read_log
 
     log = write_log(tmp_path / "log.parquet", many_rows())
     config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=1, device="auto")
@@ -369,8 +468,22 @@ def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         train(read_log([log]), config, tmp_path / "run", on_event=interrupt)
-    args = [log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "3", "--batch-size", "6", "--save-every", "1",
-            "--resume", "-o", tmp_path / "run"]
+    args = [
+        log,
+        "--model",
+        tiny_llama,
+        "--loss",
+        "pg",
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "6",
+        "--save-every",
+        "1",
+        "--resume",
+        "-o",
+        tmp_path / "run",
+    ]
     other = run([*args, "--lr", "1e-3", "--device", "cpu"])
     assert other.exit_code == 1 and "lr" in other.stderr
     res = run([*args, "--device", "cpu", "--json"])
@@ -388,8 +501,21 @@ def test_lora_adapter_and_merge_load_with_plain_transformers(tiny_llama, tmp_pat
     from transformers import AutoModelForCausalLM
 
     log = write_log(tmp_path / "log.parquet", many_rows())
-    lora_args = ["--model", tiny_llama, "--loss", "pg", "--lora-r", "4", "--lora-targets", "q_proj,v_proj",
-                 "--max-steps", "2", "--lr", "1e-2", *FAST]
+    lora_args = [
+        "--model",
+        tiny_llama,
+        "--loss",
+        "pg",
+        "--lora-r",
+        "4",
+        "--lora-targets",
+        "q_proj,v_proj",
+        "--max-steps",
+        "2",
+        "--lr",
+        "1e-2",
+        *FAST,
+    ]
     res = run([log, *lora_args, "-o", tmp_path / "lora"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "lora" / "adapter_config.json").exists()
@@ -445,9 +571,17 @@ def test_misaligned_behavior_logprobs(tiny_llama, tmp_path):
 
 
 def test_empty_log(tiny_llama, tmp_path):
-    schema = pa.schema([("group_id", pa.string()), ("traj_id", pa.string()), ("step_idx", pa.int64()),
-                        ("reward", pa.float64()), ("prompt", pa.string()), ("action", pa.string()),
-                        ("advantage", pa.float64())])
+    schema = pa.schema(
+        [
+            ("group_id", pa.string()),
+            ("traj_id", pa.string()),
+            ("step_idx", pa.int64()),
+            ("reward", pa.float64()),
+            ("prompt", pa.string()),
+            ("action", pa.string()),
+            ("advantage", pa.float64()),
+        ]
+    )
     log = tmp_path / "empty.parquet"
     pq.write_table(schema.empty_table(), log)
     res = run([log, "--model", tiny_llama, "--loss", "pg", "-o", tmp_path / "out"])
@@ -468,7 +602,21 @@ def test_bad_model_path(tmp_path):
 
 def test_unknown_lora_target(tiny_llama, tmp_path):
     log = write_log(tmp_path / "log.parquet", two_action_rows())
-    res = run([log, "--model", tiny_llama, "--loss", "pg", "--lora-r", "4", "--lora-targets", "nope_proj", "-o", tmp_path / "out"])
+    res = run(
+        [
+            log,
+            "--model",
+            tiny_llama,
+            "--loss",
+            "pg",
+            "--lora-r",
+            "4",
+            "--lora-targets",
+            "nope_proj",
+            "-o",
+            tmp_path / "out",
+        ]
+    )
     _assert_failed_cleanly(res, tmp_path / "out", "--lora-targets nope_proj")
 
 
@@ -520,15 +668,44 @@ def test_two_processes_match_one(tiny_llama, tmp_path):
         n = len(tok(r["prompt"] + r["action"])["input_ids"]) - len(tok(r["prompt"])["input_ids"])
         r["behavior_logprobs"] = (-rng.uniform(0.5, 6.0, size=n)).astype(np.float32).tolist()
     log = write_log(tmp_path / "log.parquet", rows)
-    args = ["train-offline", str(log), "--model", str(tiny_llama), "--loss", "ppo", "--kl-coef", "0.1", "--max-steps",
-            "3", "--batch-size", "5", "--max-batch-tokens", "64", "--lr", "3e-3", "--device", "cpu", *FAST]
+    args = [
+        "train-offline",
+        str(log),
+        "--model",
+        str(tiny_llama),
+        "--loss",
+        "ppo",
+        "--kl-coef",
+        "0.1",
+        "--max-steps",
+        "3",
+        "--batch-size",
+        "5",
+        "--max-batch-tokens",
+        "64",
+        "--lr",
+        "3e-3",
+        "--device",
+        "cpu",
+        *FAST,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "gaca_cli", *args, "-o", str(tmp_path / "one")],
-                         capture_output=True, text=True, env=env, timeout=600)
+    one = subprocess.run(
+        [sys.executable, "-m", "gaca_cli", *args, "-o", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert one.returncode == 0, one.stderr
     torchrun = Path(sys.executable).with_name("torchrun")
-    two = subprocess.run([str(torchrun), "--nproc-per-node", "2", "-m", "gaca_cli", *args, "-o", str(tmp_path / "two"),
-                          "--json"], capture_output=True, text=True, env=env, timeout=600)
+    two = subprocess.run(
+        [str(torchrun), "--nproc-per-node", "2", "-m", "gaca_cli", *args, "-o", str(tmp_path / "two"), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert two.returncode == 0, two.stderr
     assert json.loads(two.stdout)["processes"] == 2
     a, b = load_state(tmp_path / "one"), load_state(tmp_path / "two")

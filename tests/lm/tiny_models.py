@@ -13,8 +13,14 @@ CHAT_TEMPLATE = (
 _CORPUS = [
     "You are in the hall. A brass key lies on the table. Your hands are empty.",
     "You are in the corridor. The garden door is locked. You carry a brass key.",
-    "go to corridor", "go to hall", "go to garden", "go to kitchen", "take key",
-    "open door with key", "look around", "<|system|>You are an agent in a house. Task: reach the garden",
+    "go to corridor",
+    "go to hall",
+    "go to garden",
+    "go to kitchen",
+    "take key",
+    "open door with key",
+    "look around",
+    "<|system|>You are an agent in a house. Task: reach the garden",
     "<|user|> <|assistant|> 0 1 2 3 4 5 6 7 8 9 north south east west inventory examine",
 ]
 
@@ -41,7 +47,9 @@ def build_tokenizer(vocab_size: int = 300):
     return fast
 
 
-def build_model(directory: str | Path, arch: str = "llama", seed: int = 0, chat_template: bool = True, **overrides) -> Path:
+def build_model(
+    directory: str | Path, arch: str = "llama", seed: int = 0, chat_template: bool = True, **overrides
+) -> Path:
     """Save a tiny random-weight causal LM (`llama`, `gpt2` or `qwen2`) and its tokenizer to
     `directory`; returns the directory."""
     import torch
@@ -52,16 +60,34 @@ def build_model(directory: str | Path, arch: str = "llama", seed: int = 0, chat_
     if not chat_template:
         tokenizer.chat_template = None
     vocab = len(tokenizer)
-    common = dict(vocab_size=vocab, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                  pad_token_id=tokenizer.pad_token_id)
+    common = dict(
+        vocab_size=vocab,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     if arch == "gpt2":
         config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=1024, **common)
     elif arch == "llama":
-        config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, max_position_embeddings=1024, **common)
+        config = LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            **common,
+        )
     elif arch == "qwen2":
-        config = Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                             num_key_value_heads=2, max_position_embeddings=1024, **common)
+        config = Qwen2Config(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            **common,
+        )
     else:
         raise ValueError(f"unknown arch {arch!r}")
     for k, v in overrides.items():
