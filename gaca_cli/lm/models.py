@@ -150,6 +150,8 @@ def load_causal_lm(
     torch_dtype = resolve_dtype(dtype, dev)
     model = str(model)
     tokenizer = load_tokenizer(model, revision, trust_remote_code)
+    from safetensors import SafetensorError
+
     try:
         lm = AutoModelForCausalLM.from_pretrained(
             model,
@@ -160,11 +162,44 @@ def load_causal_lm(
         )
     except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError, RuntimeError) as exc:
         raise _load_error(model, "model", exc) from None
+    except SafetensorError as exc:  # a truncated or garbled model.safetensors
+        raise _load_error(model, "model weights", exc) from None
     if lm.get_output_embeddings() is None:
         raise GacaError("the model has no language-model head (not a causal LM)", file=model)
+    if getattr(lm.config, "is_encoder_decoder", False):
+        raise GacaError("the model is an encoder-decoder, not a causal decoder", file=model)
     try:
         lm = lm.to(dev)
     except (RuntimeError, torch.OutOfMemoryError) as exc:
         raise GacaError(f"cannot move the model to {dev} ({_first_line(exc)})", file=model) from None
     lm.eval()
+    check_causal(lm, model)
     return lm, tokenizer, dev, torch_dtype
+
+
+def check_causal(lm, model: str) -> None:
+    """Refuse a model whose predictions can see later tokens (bidirectional attention, e.g. a
+    masked LM such as BERT loaded through a causal-LM head): its NLLs would be meaningless.
+
+    Two 8-token sequences that differ only in their last token go through the model one at a
+    time (the same shapes, so the same kernels): a causal decoder gives the same logits at
+    every earlier position, bit for bit, while the last position's logits change. A model
+    whose earlier logits move by more than 1e-4 of the last position's change is refused
+    (a randomly initialised BERT moves them by ~2e-3 of it, a trained one by far more)."""
+    import torch
+
+    vocab = int(lm.get_output_embeddings().weight.shape[0])
+    first = torch.arange(8, dtype=torch.long) % vocab
+    second = first.clone()
+    second[-1] = (first[-1] + 1) % vocab
+    device = next(lm.parameters()).device
+    with torch.no_grad():
+        a, b = (lm(input_ids=ids[None].to(device)).logits[0].float() for ids in (first, second))
+    earlier = float((a[:-1] - b[:-1]).abs().max())
+    last = float((a[-1] - b[-1]).abs().max())
+    if earlier > 1e-4 * last:
+        raise GacaError(
+            "the model is not a causal language model: its prediction at a position changes when a later token "
+            "changes (bidirectional attention, e.g. a masked LM such as BERT); use a decoder-only causal LM",
+            file=model,
+        )

@@ -1,0 +1,115 @@
+"""Loading models: broken weights and models that are not causal decoders are refused with one
+`Error:` line (exit 1) by every command that loads a model, before anything is written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gaca_cli.cli import app
+from gaca_cli.errors import GacaError
+from gaca_cli.lm.models import load_causal_lm
+from tests.conftest import EXAMPLE_LOG
+from tests.lm.tiny_models import build_tokenizer
+
+runner = CliRunner()
+
+
+def masked_lm_dir(directory: Path) -> Path:
+    """A tiny BERT masked LM with a tokenizer, saved as a user would have it on disk."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    tokenizer = build_tokenizer()
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    return masked_lm_dir(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture
+def truncated_llama(tiny_llama, tmp_path) -> Path:
+    broken = tmp_path / "broken-llama"
+    shutil.copytree(tiny_llama, broken)
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    return broken
+
+
+@pytest.fixture
+def garbage_llama(tiny_llama, tmp_path) -> Path:
+    broken = tmp_path / "garbage-llama"
+    shutil.copytree(tiny_llama, broken)
+    (broken / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all" + bytes(100))
+    return broken
+
+
+def test_a_causal_model_loads(tiny_llama, tiny_gpt2):
+    for directory in (tiny_llama, tiny_gpt2):
+        lm, _, device, _ = load_causal_lm(str(directory), device="cpu", dtype="fp32")
+        assert device.type == "cpu" and not lm.training
+
+
+def test_a_masked_lm_is_refused(bert_dir):
+    with pytest.raises(GacaError, match="not a causal language model"):
+        load_causal_lm(str(bert_dir), device="cpu", dtype="fp32")
+
+
+@pytest.mark.parametrize("broken", ["truncated_llama", "garbage_llama"])
+def test_broken_weights_are_one_error_line(broken, request):
+    directory = request.getfixturevalue(broken)
+    with pytest.raises(GacaError, match="cannot load the model weights") as info:
+        load_causal_lm(str(directory), device="cpu", dtype="fp32")
+    assert "\n" not in str(info.value) and str(directory) in str(info.value)
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("model", ["bert_dir", "truncated_llama"])
+def test_score_and_train_refuse_the_model_and_write_nothing(model, request, tmp_path):
+    directory = request.getfixturevalue(model)
+    work = tmp_path / "work"
+    work.mkdir()
+    annotated = work / "annotated.parquet"
+    table = pq.read_table(EXAMPLE_LOG)
+    pq.write_table(table.append_column("advantage", pa.array(np.linspace(-1, 1, table.num_rows))), annotated)
+    scored = work / "scored.parquet"
+    line = one_error_line(
+        runner.invoke(app, ["score", str(EXAMPLE_LOG), "--model", str(directory), "--device", "cpu", "-o", str(scored)])
+    )
+    assert str(directory) in line
+    trained = work / "trained"
+    line = one_error_line(
+        runner.invoke(
+            app, ["train-offline", str(annotated), "--model", str(directory), "--device", "cpu", "-o", str(trained)]
+        )
+    )
+    assert str(directory) in line
+    leftovers = sorted(p.name for p in work.iterdir())
+    assert leftovers == ["annotated.parquet"], leftovers
