@@ -88,7 +88,8 @@ class TrainData:
         return self.lengths - self.n_context
 
     def fingerprint(self) -> str:
-        """sha256 over tokens, context lengths and advantages: `--resume` refuses other data."""
+        """sha256 over tokens, context lengths, advantages and the behaviour log-probs (the
+        columns the updates read): `--resume` refuses other data."""
         h = hashlib.sha256()
         h.update(np.asarray(len(self), dtype=np.int64).tobytes())
         h.update(self.n_context.astype(np.int64).tobytes())
@@ -96,6 +97,9 @@ class TrainData:
         h.update(self.lengths.tobytes())
         for ids in self.input_ids:
             h.update(ids.astype(np.int64).tobytes())
+        h.update(f"behavior:{self.behavior_source}".encode())
+        for logprobs in self.behavior or []:
+            h.update(np.asarray(logprobs, dtype=np.float32).tobytes())
         return h.hexdigest()[:16]
 
 
@@ -562,7 +566,9 @@ def _device_kind(device: Any) -> str | None:
     return None
 
 
-def _check_resumable(state: dict, config: TrainConfig, fingerprint: str, checkpoint: Path) -> None:
+def _check_resumable(
+    state: dict, config: TrainConfig, fingerprint: str, model_fingerprint: str, checkpoint: Path
+) -> None:
     then = state.get("config", {})
     now = _resume_fields(config)
     for name, value in now.items():
@@ -578,6 +584,12 @@ def _check_resumable(state: dict, config: TrainConfig, fingerprint: str, checkpo
         raise GacaError(
             "--resume: the training data differ from those the run started with (other log, "
             "advantages or tokenizer); resume with the same log, or start a new run in another -o",
+            file=str(checkpoint),
+        )
+    if state.get("model_fingerprint") != model_fingerprint:
+        raise GacaError(
+            f"--resume: the starting model {config.model} is not the one the run started from (its files "
+            "changed); resume with the same model, or start a new run in another -o",
             file=str(checkpoint),
         )
 
@@ -682,7 +694,7 @@ class _Trainer:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
-        from gaca_cli.lm.models import load_causal_lm
+        from gaca_cli.lm.models import load_causal_lm, model_fingerprint
 
         config = self.config
         self.index, self.warnings = prepare_log(self.log, "train-offline")
@@ -707,6 +719,7 @@ class _Trainer:
         vocab = model.get_input_embeddings().num_embeddings
         self.data = build_train_data(self.log, self.index, tokenizer, config, vocab_size=vocab)
         self.fingerprint = self.data.fingerprint()
+        self.model_fingerprint = model_fingerprint(model_id, config.revision)
         self.pad_id = next(
             (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None),
             0,
@@ -719,7 +732,7 @@ class _Trainer:
             self.checkpoint = latest_checkpoint(self.out_dir)
             if self.checkpoint is not None:
                 state = json.loads((self.checkpoint / STATE_FILE).read_text(encoding="utf-8"))
-                _check_resumable(state, config, self.fingerprint, self.checkpoint)
+                _check_resumable(state, config, self.fingerprint, self.model_fingerprint, self.checkpoint)
                 self.start_step = int(state["step"])
             else:
                 self.start_step = 0
@@ -905,6 +918,7 @@ class _Trainer:
                 "step": step,
                 "config": _resume_fields(self.config),
                 "data_fingerprint": self.fingerprint,
+                "model_fingerprint": self.model_fingerprint,
                 "gaca_version": __version__,
             }
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")

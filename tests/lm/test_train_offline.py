@@ -494,6 +494,54 @@ def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
         assert json.loads(res.stdout)["resumed_from_step"] == 2
 
 
+def test_resume_refuses_changed_behavior_logprobs_and_a_replaced_model(tiny_llama, tmp_path):
+    """The resume fingerprint covers what the numbers depend on: a log whose behaviour
+    log-probs changed (same size, same everything else) and a starting model whose weights were
+    replaced at the same path are refused with one Error line; the unchanged inputs resume."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from gaca_cli.lm.training import TrainConfig, train
+    from gaca_cli.log.io import read_log
+    from tests.lm.tiny_models import build_model
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama, model)
+    tok = AutoTokenizer.from_pretrained(model)
+    rows = many_rows()
+    for r in rows:
+        n = len(tok(r["prompt"] + r["action"])["input_ids"]) - len(tok(r["prompt"])["input_ids"])
+        r["behavior_logprobs"] = [-1.0] * n
+    log = write_log(tmp_path / "log.parquet", rows)
+    config = TrainConfig(model=str(model), loss="ppo", max_steps=3, batch_size=6, save_every=1, device="cpu")
+
+    def interrupt(kind, info):
+        if kind == "step" and info["step"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(read_log([log]), config, tmp_path / "run", on_event=interrupt)
+    args = ["--model", model, "--loss", "ppo", "--max-steps", "3", "--batch-size", "6", "--save-every", "1"]
+    args += ["--device", "cpu", "--resume", "-o", tmp_path / "run"]
+
+    changed = [dict(r, behavior_logprobs=[-2.0] * len(r["behavior_logprobs"])) for r in rows]
+    res = run([write_log(tmp_path / "changed.parquet", changed), *args])
+    assert res.exit_code == 1 and "training data differ" in res.stderr, res.output
+
+    shutil.rmtree(model)
+    build_model(model, arch="llama", seed=1)  # same shapes, same tokenizer, other weights
+    res = run([log, *args])
+    assert res.exit_code == 1 and "not the one the run started from" in res.stderr, res.output
+    assert len([line for line in res.stderr.splitlines() if line.strip()]) == 1
+
+    shutil.rmtree(model)
+    shutil.copytree(tiny_llama, model)
+    res = run([log, *args, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["resumed_from_step"] == 2
+
+
 def test_lora_adapter_and_merge_load_with_plain_transformers(tiny_llama, tmp_path):
     """--lora-r: OUT_DIR is an adapter that AutoModelForCausalLM loads (peft installed);
     --merge: OUT_DIR holds merged weights and OUT_DIR/adapter the adapter, and both give the
