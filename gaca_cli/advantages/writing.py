@@ -52,7 +52,7 @@ def write_annotated(
     from gaca_cli.log._splice import SpliceUnsupported, splice_columns
 
     log = run.log
-    if log.plain_files:
+    if log.plain_files and os.environ.get("GACA_NO_SPLICE", "") in ("", "0"):
         owned = set(C.ADVANTAGES_OUTPUTS)
         drop = [log.original_name(n) for n in log.file_schema.names if n in owned]
         try:

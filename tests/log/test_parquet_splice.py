@@ -17,8 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gaca_cli.log import _splice as ps
 from gaca_cli.log._splice import SpliceUnsupported, splice_columns
+from gaca_cli.log._splice import footer as pf
+from gaca_cli.log._splice import thrift as th
+from gaca_cli.log._splice import writer as sw
 
 KV = {"gaca.version": "1", "gaca.note": "spliced"}
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -117,15 +119,15 @@ def rewrite_footer(path, mutate) -> None:
     with open(path, "rb") as f:
         data = f.read()
     n = int.from_bytes(data[-8:-4], "little")
-    meta = ps.decode_struct(data[-8 - n : -8])
+    meta = th.decode_struct(data[-8 - n : -8])
     mutate(meta)
-    footer = ps.encode_struct(meta)
+    footer = th.encode_struct(meta)
     with open(path, "wb") as f:
         f.write(data[: -8 - n] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
 
 
-def first_chunk(meta: ps.Struct) -> ps.Struct:
-    return meta.get(ps.FMD_ROW_GROUPS).items[0].get(ps.RG_COLUMNS).items[0]
+def first_chunk(meta: th.Struct) -> th.Struct:
+    return meta.get(pf.FMD_ROW_GROUPS).items[0].get(pf.RG_COLUMNS).items[0]
 
 
 # ------------------------------------------------------------------------------- Thrift codec
@@ -133,46 +135,46 @@ def first_chunk(meta: ps.Struct) -> ps.Struct:
 
 @pytest.mark.parametrize("n", [0, -1, 1, 63, -64, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)])
 def test_zigzag_varint_round_trip_on_edge_values(n):
-    z = ps.zigzag(n)
-    assert z >= 0 and ps.unzigzag(z) == n
-    data = ps.encode_struct(ps.Struct([[1, ps.CT_I64, n]]))
-    assert ps.decode_struct(data) == ps.Struct([[1, ps.CT_I64, n]])
+    z = th.zigzag(n)
+    assert z >= 0 and th.unzigzag(z) == n
+    data = th.encode_struct(th.Struct([[1, th.CT_I64, n]]))
+    assert th.decode_struct(data) == th.Struct([[1, th.CT_I64, n]])
     assert len(data) == 2 + max(1, -(-z.bit_length() // 7))  # header + LEB128 bytes + STOP
 
 
 def test_zigzag_and_varint_known_bytes():
-    assert [ps.zigzag(n) for n in (0, -1, 1, -2, 2**63 - 1, -(2**63))] == [0, 1, 2, 3, 2**64 - 2, 2**64 - 1]
-    assert ps.encode_struct(ps.Struct([[1, ps.CT_I32, 300]])) == bytes([0x15, 0xD8, 0x04, 0x00])
-    assert ps.encode_struct(ps.Struct([[1, ps.CT_I64, -(2**63)]])) == bytes([0x16]) + b"\xff" * 9 + b"\x01\x00"
+    assert [th.zigzag(n) for n in (0, -1, 1, -2, 2**63 - 1, -(2**63))] == [0, 1, 2, 3, 2**64 - 2, 2**64 - 1]
+    assert th.encode_struct(th.Struct([[1, th.CT_I32, 300]])) == bytes([0x15, 0xD8, 0x04, 0x00])
+    assert th.encode_struct(th.Struct([[1, th.CT_I64, -(2**63)]])) == bytes([0x16]) + b"\xff" * 9 + b"\x01\x00"
 
 
 def test_codec_round_trips_every_compact_type():
     """Short and long field headers, bool fields and bool list items, byte, double, binary,
     short and long lists, set, map, nested structs."""
-    value = ps.Struct(
+    value = th.Struct(
         [
-            [1, ps.CT_TRUE, True],
-            [2, ps.CT_TRUE, False],
-            [3, ps.CT_BYTE, -7],
-            [4, ps.CT_I16, -300],
-            [20, ps.CT_DOUBLE, -0.25],  # delta 17: long form
-            [21, ps.CT_BINARY, b"\x00\xffabc"],
-            [22, ps.CT_LIST, ps.TList(ps.CT_I32, list(range(-20, 20)))],  # 40 items: long size
-            [23, ps.CT_LIST, ps.TList(ps.CT_TRUE, [True, False, True])],
-            [24, ps.CT_SET, ps.TList(ps.CT_BINARY, [b"a", b"b"])],
-            [25, ps.CT_MAP, ps.TMap(ps.CT_BINARY, ps.CT_STRUCT, [(b"k", ps.Struct([[7, ps.CT_I64, 5]]))])],
-            [26, ps.CT_MAP, ps.TMap(0, 0, [])],
-            [5, ps.CT_STRUCT, ps.Struct()],  # decreasing id: long form
-            [32767, ps.CT_LIST, ps.TList(ps.CT_STRUCT, [ps.Struct([[1, ps.CT_TRUE, False]])] * 3)],
+            [1, th.CT_TRUE, True],
+            [2, th.CT_TRUE, False],
+            [3, th.CT_BYTE, -7],
+            [4, th.CT_I16, -300],
+            [20, th.CT_DOUBLE, -0.25],  # delta 17: long form
+            [21, th.CT_BINARY, b"\x00\xffabc"],
+            [22, th.CT_LIST, th.TList(th.CT_I32, list(range(-20, 20)))],  # 40 items: long size
+            [23, th.CT_LIST, th.TList(th.CT_TRUE, [True, False, True])],
+            [24, th.CT_SET, th.TList(th.CT_BINARY, [b"a", b"b"])],
+            [25, th.CT_MAP, th.TMap(th.CT_BINARY, th.CT_STRUCT, [(b"k", th.Struct([[7, th.CT_I64, 5]]))])],
+            [26, th.CT_MAP, th.TMap(0, 0, [])],
+            [5, th.CT_STRUCT, th.Struct()],  # decreasing id: long form
+            [32767, th.CT_LIST, th.TList(th.CT_STRUCT, [th.Struct([[1, th.CT_TRUE, False]])] * 3)],
         ]
     )
-    data = ps.encode_struct(value)
-    assert ps.decode_struct(data) == value
-    assert ps.encode_struct(ps.decode_struct(data)) == data
+    data = th.encode_struct(value)
+    assert th.decode_struct(data) == value
+    assert th.encode_struct(th.decode_struct(data)) == data
     with pytest.raises(ValueError):
-        ps.decode_struct(data + b"\x00")
+        th.decode_struct(data + b"\x00")
     with pytest.raises(IndexError):
-        ps.decode_struct(data[:-3])
+        th.decode_struct(data[:-3])
 
 
 @pytest.mark.parametrize(
@@ -189,14 +191,14 @@ def test_codec_round_trips_every_compact_type():
 def test_codec_reencodes_pyarrow_footers_and_page_indexes_identically(tmp_path, kwargs):
     path = write(tmp_path / "in.parquet", rich_table(120), **kwargs)
     footer = footer_bytes(path)
-    assert ps.encode_struct(ps.decode_struct(footer)) == footer
+    assert th.encode_struct(th.decode_struct(footer)) == footer
     meta, raw = pq.read_metadata(path), Path(path).read_bytes()
     for fid_offset, fid_length in [(4, 5), (6, 7)]:  # OffsetIndex, ColumnIndex (with list<bool>)
-        for rg in ps.decode_struct(footer).get(ps.FMD_ROW_GROUPS).items:
-            for chunk in rg.get(ps.RG_COLUMNS).items:
+        for rg in th.decode_struct(footer).get(pf.FMD_ROW_GROUPS).items:
+            for chunk in rg.get(pf.RG_COLUMNS).items:
                 if chunk.get(fid_offset) is not None:
                     blob = raw[chunk.get(fid_offset) : chunk.get(fid_offset) + chunk.get(fid_length)]
-                    assert ps.encode_struct(ps.decode_struct(blob)) == blob
+                    assert th.encode_struct(th.decode_struct(blob)) == blob
     assert meta.num_rows == 120
 
 
@@ -232,9 +234,9 @@ def test_splice_one_file_several_row_groups_keeps_created_by_and_options(tmp_pat
         assert advantage.is_stats_set and not weight.is_stats_set
         assert "RLE_DICTIONARY" in method.encodings and "RLE_DICTIONARY" not in advantage.encodings
         assert rg.total_byte_size == sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns))
-    for rg in ps.decode_struct(footer_bytes(dest)).get(ps.FMD_ROW_GROUPS).items:
-        sizes = [c.get(ps.CC_META_DATA).get(ps.CMD_TOTAL_COMPRESSED_SIZE) for c in rg.get(ps.RG_COLUMNS).items]
-        assert rg.get(ps.RG_TOTAL_COMPRESSED_SIZE) == sum(sizes)
+    for rg in th.decode_struct(footer_bytes(dest)).get(pf.FMD_ROW_GROUPS).items:
+        sizes = [c.get(pf.CC_META_DATA).get(pf.CMD_TOTAL_COMPRESSED_SIZE) for c in rg.get(pf.RG_COLUMNS).items]
+        assert rg.get(pf.RG_TOTAL_COMPRESSED_SIZE) == sum(sizes)
 
 
 def test_copied_chunks_are_byte_identical_and_keep_statistics(tmp_path):
@@ -280,21 +282,21 @@ def test_offset_index_points_at_the_moved_pages(tmp_path):
     dest = str(tmp_path / "out.parquet")
     check_splice([src], ["group_id", "step"], new_table(100), dest)
     raw = Path(dest).read_bytes()
-    meta = ps.decode_struct(footer_bytes(dest))
-    for rg in meta.get(ps.FMD_ROW_GROUPS).items:
-        for chunk in rg.get(ps.RG_COLUMNS).items:
-            start, length = chunk.get(ps.CC_OFFSET_INDEX_OFFSET), chunk.get(ps.CC_OFFSET_INDEX_LENGTH)
-            locations = ps.decode_struct(raw[start : start + length]).get(ps.OI_PAGE_LOCATIONS).items
-            first_page = chunk.get(ps.CC_META_DATA).get(ps.CMD_DATA_PAGE_OFFSET)
-            assert locations[0].get(ps.PL_OFFSET) == first_page
+    meta = th.decode_struct(footer_bytes(dest))
+    for rg in meta.get(pf.FMD_ROW_GROUPS).items:
+        for chunk in rg.get(pf.RG_COLUMNS).items:
+            start, length = chunk.get(pf.CC_OFFSET_INDEX_OFFSET), chunk.get(pf.CC_OFFSET_INDEX_LENGTH)
+            locations = th.decode_struct(raw[start : start + length]).get(pf.OI_PAGE_LOCATIONS).items
+            first_page = chunk.get(pf.CC_META_DATA).get(pf.CMD_DATA_PAGE_OFFSET)
+            assert locations[0].get(pf.PL_OFFSET) == first_page
 
 
 def column_indexes(path) -> list[list[bytes | None]]:
     """The raw ColumnIndex bytes of each row group's chunks (None where a chunk has none)."""
     raw, groups = Path(path).read_bytes(), []
-    for rg in ps.decode_struct(footer_bytes(path)).get(ps.FMD_ROW_GROUPS).items:
-        chunks = rg.get(ps.RG_COLUMNS).items
-        spans = [(c.get(ps.CC_COLUMN_INDEX_OFFSET), c.get(ps.CC_COLUMN_INDEX_LENGTH)) for c in chunks]
+    for rg in th.decode_struct(footer_bytes(path)).get(pf.FMD_ROW_GROUPS).items:
+        chunks = rg.get(pf.RG_COLUMNS).items
+        spans = [(c.get(pf.CC_COLUMN_INDEX_OFFSET), c.get(pf.CC_COLUMN_INDEX_LENGTH)) for c in chunks]
         groups.append([None if start is None else raw[start : start + n] for start, n in spans])
     return groups
 
@@ -381,7 +383,7 @@ def test_refuses_files_that_differ(tmp_path, change):
         other = other.cast(other.schema.set(1, other.schema.field(1).with_metadata({"x": "y"})))
     b = write(tmp_path / "b.parquet", other)
     if change == "created_by":
-        rewrite_footer(b, lambda m: m.set(ps.FMD_CREATED_BY, ps.CT_BINARY, b"parquet-mr version 1.2.0"))
+        rewrite_footer(b, lambda m: m.set(pf.FMD_CREATED_BY, th.CT_BINARY, b"parquet-mr version 1.2.0"))
     _refuse([a, b], new_table(40), str(tmp_path / "out.parquet"), match="differ")
 
 
@@ -417,26 +419,26 @@ def _set_chunk(fid, ctype, value):
 
 
 def _set_chunk_meta(fid, ctype, value):
-    return lambda meta: first_chunk(meta).get(ps.CC_META_DATA).set(fid, ctype, value)
+    return lambda meta: first_chunk(meta).get(pf.CC_META_DATA).set(fid, ctype, value)
 
 
 @pytest.mark.parametrize(
     ("mutate", "match"),
     [
-        (lambda m: m.set(ps.FMD_ENCRYPTION_ALGORITHM, ps.CT_STRUCT, ps.Struct()), "encrypted"),
-        (lambda m: m.set(ps.FMD_FOOTER_SIGNING_KEY, ps.CT_BINARY, b"key"), "encrypted"),
-        (_set_chunk(ps.CC_FILE_PATH, ps.CT_BINARY, b"other.parquet"), "elsewhere"),
-        (_set_chunk(ps.CC_CRYPTO_METADATA, ps.CT_STRUCT, ps.Struct()), "encrypted"),
-        (_set_chunk(ps.CC_ENCRYPTED_COLUMN_METADATA, ps.CT_BINARY, b"x"), "encrypted"),
-        (lambda m: first_chunk(m).pop(ps.CC_META_DATA), "without meta_data"),
-        (_set_chunk_meta(ps.CMD_TOTAL_COMPRESSED_SIZE, ps.CT_I64, 10**9), "outside"),
-        (_set_chunk_meta(ps.CMD_DATA_PAGE_OFFSET, ps.CT_I64, 2), "outside"),
-        (_set_chunk_meta(ps.CMD_BLOOM_FILTER_OFFSET, ps.CT_I64, 4), "bloom filter"),
-        (_set_chunk(ps.CC_OFFSET_INDEX_OFFSET, ps.CT_I64, 10**9), "page index"),
-        (_set_chunk(ps.CC_COLUMN_INDEX_LENGTH, ps.CT_I32, 10), "page index"),
-        (lambda m: m.get(ps.FMD_ROW_GROUPS).items[0].get(ps.RG_COLUMNS).items.pop(), "column count"),
-        (lambda m: m.get(ps.FMD_SCHEMA).items[0].set(ps.SE_NUM_CHILDREN, ps.CT_I32, 3), "schema"),
-        (lambda m: m.get(ps.FMD_ROW_GROUPS).items[0].set(ps.RG_COLUMNS, ps.CT_I32, 1), "unreadable|column count"),
+        (lambda m: m.set(pf.FMD_ENCRYPTION_ALGORITHM, th.CT_STRUCT, th.Struct()), "encrypted"),
+        (lambda m: m.set(pf.FMD_FOOTER_SIGNING_KEY, th.CT_BINARY, b"key"), "encrypted"),
+        (_set_chunk(pf.CC_FILE_PATH, th.CT_BINARY, b"other.parquet"), "elsewhere"),
+        (_set_chunk(pf.CC_CRYPTO_METADATA, th.CT_STRUCT, th.Struct()), "encrypted"),
+        (_set_chunk(pf.CC_ENCRYPTED_COLUMN_METADATA, th.CT_BINARY, b"x"), "encrypted"),
+        (lambda m: first_chunk(m).pop(pf.CC_META_DATA), "without meta_data"),
+        (_set_chunk_meta(pf.CMD_TOTAL_COMPRESSED_SIZE, th.CT_I64, 10**9), "outside"),
+        (_set_chunk_meta(pf.CMD_DATA_PAGE_OFFSET, th.CT_I64, 2), "outside"),
+        (_set_chunk_meta(pf.CMD_BLOOM_FILTER_OFFSET, th.CT_I64, 4), "bloom filter"),
+        (_set_chunk(pf.CC_OFFSET_INDEX_OFFSET, th.CT_I64, 10**9), "page index"),
+        (_set_chunk(pf.CC_COLUMN_INDEX_LENGTH, th.CT_I32, 10), "page index"),
+        (lambda m: m.get(pf.FMD_ROW_GROUPS).items[0].get(pf.RG_COLUMNS).items.pop(), "column count"),
+        (lambda m: m.get(pf.FMD_SCHEMA).items[0].set(pf.SE_NUM_CHILDREN, th.CT_I32, 3), "schema"),
+        (lambda m: m.get(pf.FMD_ROW_GROUPS).items[0].set(pf.RG_COLUMNS, th.CT_I32, 1), "unreadable|column count"),
     ],
     ids=[
         "encryption_algorithm",
@@ -485,7 +487,7 @@ def test_splice_of_a_polars_written_file(tmp_path):
     pl.from_arrow(rich_table(120)).write_parquet(src, row_group_size=50, compression="zstd")
     assert pq.read_metadata(src).created_by.startswith("Polars")
     footer = footer_bytes(src)
-    assert ps.encode_struct(ps.decode_struct(footer)) == footer
+    assert th.encode_struct(th.decode_struct(footer)) == footer
     check_splice([src], ["emb"], new_table(120), str(tmp_path / "out.parquet"))
 
 
@@ -515,7 +517,7 @@ def advantages_like(n: int, seed: int = 4, method: str = "gaca") -> pa.Table:
 
 def schema_elements(path) -> list[bytes]:
     """The encoded SchemaElements of a file, in order."""
-    return [ps.encode_struct(e) for e in ps.decode_struct(footer_bytes(path)).get(ps.FMD_SCHEMA).items]
+    return [th.encode_struct(e) for e in th.decode_struct(footer_bytes(path)).get(pf.FMD_SCHEMA).items]
 
 
 def test_new_columns_use_the_documented_encodings(tmp_path):
@@ -605,7 +607,7 @@ def test_dictionary_columns_of_one_or_more_values(tmp_path, values):
 )
 def test_one_value_reads_the_offsets_and_data(values, want):
     column = values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
-    assert ps._one_value(column) == want
+    assert sw._one_value(column) == want
 
 
 def test_nested_and_temporal_new_columns(tmp_path):
@@ -625,7 +627,7 @@ def test_nested_and_temporal_new_columns(tmp_path):
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_many_row_groups_in_flight(tmp_path, monkeypatch, workers):
-    monkeypatch.setattr(ps, "_workers", lambda: workers)
+    monkeypatch.setattr(sw, "_workers", lambda: workers)
     src = write(tmp_path / "a.parquet", rich_table(230), row_group_size=10, write_page_index=True)
     meta = check_splice([src], ["info"], advantages_like(230), str(tmp_path / "out.parquet"))
     assert meta.num_row_groups == 23
@@ -642,8 +644,8 @@ def test_a_failure_while_writing_removes_the_output(tmp_path, monkeypatch):
             raise OSError("disk full")
         return original(*args)
 
-    original = ps._copy
-    monkeypatch.setattr(ps, "_copy", failing_copy)
+    original = sw._copy
+    monkeypatch.setattr(sw, "_copy", failing_copy)
     with pytest.raises(OSError, match="disk full"):
         splice_columns([src], [], advantages_like(200), dest, KV)
     assert sorted(os.listdir(tmp_path)) == ["a.parquet"]

@@ -3,9 +3,8 @@
 `gaca advantages` keeps every input column and appends a few numeric ones. Re-encoding and
 re-compressing the carried text is the slow part of writing, so `splice_columns` copies the
 inputs' compressed column chunks unchanged (os.copy_file_range), encodes only the new columns
-and writes the footer itself, with the small Thrift compact-protocol codec below. Inputs it
-cannot splice safely raise `SpliceUnsupported` before `dest` is created; the caller then
-writes the table the ordinary way.
+and writes the footer itself (footer.py, thrift.py). Inputs it cannot splice safely raise
+`SpliceUnsupported` before `dest` is created; the caller then writes the table the ordinary way.
 
 The new columns are encoded by pyarrow, one row group at a time, into an in-memory Parquet
 file per row group (worker threads, one per CPU up to 4, a few row groups ahead), whose chunk
@@ -26,275 +25,83 @@ against 4.0 with zstd through temporary files; `compression="zstd"` (every new c
 464 MB for about 3.4 CPU seconds. Statistics (`statistics_columns`) and, when any input has
 one, the page index are written for the new columns as pyarrow writes them.
 
-Layout (apache/parquet-format): "PAR1", the column chunks row group by row group, bloom filters
-and page indexes, FileMetaData (Thrift compact), its byte length (u32 little-endian), "PAR1".
+The carried columns keep the Arrow schema their input stored (footer.arrow_schema), so every
+reader types them as it typed the input's.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import struct
 import threading
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-MAGIC = b"PAR1"
-MAGIC_ENCRYPTED = b"PARE"
-
-# Thrift compact-protocol type codes (a bool field carries its value in the type: 1 true, 2 false).
-CT_STOP, CT_TRUE, CT_FALSE, CT_BYTE, CT_I16, CT_I32, CT_I64, CT_DOUBLE = range(8)
-CT_BINARY, CT_LIST, CT_SET, CT_MAP, CT_STRUCT = range(8, 13)
-_INT_TYPES = (CT_I16, CT_I32, CT_I64)
-
-# Field ids from parquet.thrift (apache/parquet-format, src/main/thrift/parquet.thrift).
-FMD_VERSION, FMD_SCHEMA, FMD_NUM_ROWS, FMD_ROW_GROUPS, FMD_KEY_VALUE_METADATA = 1, 2, 3, 4, 5
-FMD_CREATED_BY, FMD_COLUMN_ORDERS, FMD_ENCRYPTION_ALGORITHM, FMD_FOOTER_SIGNING_KEY = 6, 7, 8, 9
-RG_COLUMNS, RG_TOTAL_BYTE_SIZE, RG_NUM_ROWS, RG_SORTING_COLUMNS = 1, 2, 3, 4
-RG_FILE_OFFSET, RG_TOTAL_COMPRESSED_SIZE, RG_ORDINAL = 5, 6, 7
-CC_FILE_PATH, CC_FILE_OFFSET, CC_META_DATA = 1, 2, 3
-CC_OFFSET_INDEX_OFFSET, CC_OFFSET_INDEX_LENGTH, CC_COLUMN_INDEX_OFFSET, CC_COLUMN_INDEX_LENGTH = 4, 5, 6, 7
-CC_CRYPTO_METADATA, CC_ENCRYPTED_COLUMN_METADATA = 8, 9
-CMD_PATH_IN_SCHEMA, CMD_TOTAL_UNCOMPRESSED_SIZE, CMD_TOTAL_COMPRESSED_SIZE = 3, 6, 7
-CMD_DATA_PAGE_OFFSET, CMD_INDEX_PAGE_OFFSET, CMD_DICTIONARY_PAGE_OFFSET = 9, 10, 11
-CMD_BLOOM_FILTER_OFFSET, CMD_BLOOM_FILTER_LENGTH = 14, 15
-SE_NAME, SE_NUM_CHILDREN = 4, 5
-OI_PAGE_LOCATIONS, PL_OFFSET = 1, 1
-KV_KEY, KV_VALUE = 1, 2
-SC_COLUMN_IDX = 1
-
-
-class SpliceUnsupported(Exception):
-    """The inputs cannot be spliced (reason in the message); the caller falls back to a normal write."""
-
-
-# --------------------------------------------------------------------------- Thrift compact codec
-
-
-@dataclass
-class TList:
-    """A Thrift list or set: the compact type of its elements and the decoded elements."""
-
-    elem_type: int
-    items: list
-
-
-@dataclass
-class TMap:
-    """A Thrift map: key and value compact types and the decoded (key, value) pairs."""
-
-    key_type: int
-    value_type: int
-    items: list
-
-
-@dataclass
-class Struct:
-    """A decoded Thrift struct: [field id, compact type, value] triples in wire order.
-
-    Bool fields are stored with type CT_TRUE and a Python bool; unknown fields survive unchanged.
-    """
-
-    fields: list = field(default_factory=list)
-
-    def get(self, fid: int, default=None):
-        """The value of field `fid`, or `default` when absent."""
-        return next((v for f, _, v in self.fields if f == fid), default)
-
-    def set(self, fid: int, ctype: int, value) -> None:
-        """Replace field `fid`, or insert it before the first field with a larger id."""
-        for entry in self.fields:
-            if entry[0] == fid:
-                entry[1:] = [ctype, value]
-                return
-        at = next((i for i, entry in enumerate(self.fields) if entry[0] > fid), len(self.fields))
-        self.fields.insert(at, [fid, ctype, value])
-
-    def pop(self, fid: int) -> None:
-        """Remove field `fid` if present."""
-        self.fields = [entry for entry in self.fields if entry[0] != fid]
-
-
-def zigzag(n: int) -> int:
-    """Signed -> unsigned zigzag mapping (0, -1, 1, -2, ... -> 0, 1, 2, 3, ...)."""
-    return n << 1 if n >= 0 else ((-n) << 1) - 1
-
-
-def unzigzag(z: int) -> int:
-    """Inverse of `zigzag`."""
-    return (z >> 1) ^ -(z & 1)
-
-
-class ThriftDecoder:
-    """Reads Thrift compact-protocol values from `data`, starting at `pos`."""
-
-    def __init__(self, data: bytes, pos: int = 0):
-        self.data, self.pos = data, pos
-
-    def read_byte(self) -> int:
-        """One unsigned byte."""
-        self.pos += 1
-        return self.data[self.pos - 1]
-
-    def read_varint(self) -> int:
-        """An unsigned LEB128 varint (7 bits a byte, low bits first)."""
-        result = shift = 0
-        while True:
-            b = self.read_byte()
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-            shift += 7
-
-    def read_struct(self) -> Struct:
-        """Fields up to STOP; a header holds the id delta (1-15, else 0 and a zigzag i16 id)."""
-        fields, last = [], 0
-        while (header := self.read_byte()) != CT_STOP:
-            ctype, delta = header & 0x0F, header >> 4
-            fid = last + delta if delta else unzigzag(self.read_varint())
-            if ctype in (CT_TRUE, CT_FALSE):
-                fields.append([fid, CT_TRUE, ctype == CT_TRUE])
-            else:
-                fields.append([fid, ctype, self.read_value(ctype)])
-            last = fid
-        return Struct(fields)
-
-    def read_value(self, ctype: int):
-        """One value of compact type `ctype`."""
-        if ctype in (CT_TRUE, CT_FALSE):  # a bool inside a list, set or map: one byte
-            return self.read_byte() == CT_TRUE
-        if ctype == CT_BYTE:
-            b = self.read_byte()
-            return b - 256 if b >= 128 else b
-        if ctype in _INT_TYPES:
-            return unzigzag(self.read_varint())
-        if ctype == CT_DOUBLE:
-            self.pos += 8
-            return struct.unpack_from("<d", self.data, self.pos - 8)[0]
-        if ctype == CT_BINARY:
-            n = self.read_varint()
-            self.pos += n
-            if self.pos > len(self.data):
-                raise IndexError("binary runs past the end")
-            return bytes(self.data[self.pos - n : self.pos])
-        if ctype in (CT_LIST, CT_SET):
-            header = self.read_byte()
-            size = header >> 4 if header >> 4 != 15 else self.read_varint()
-            return TList(header & 0x0F, [self.read_value(header & 0x0F) for _ in range(size)])
-        if ctype == CT_MAP:
-            size = self.read_varint()
-            kv = self.read_byte() if size else 0
-            items = [(self.read_value(kv >> 4), self.read_value(kv & 0x0F)) for _ in range(size)]
-            return TMap(kv >> 4, kv & 0x0F, items)
-        if ctype == CT_STRUCT:
-            return self.read_struct()
-        raise ValueError(f"unknown Thrift compact type {ctype}")
-
-
-def decode_struct(data: bytes) -> Struct:
-    """Decode one Thrift compact struct that fills `data` exactly."""
-    decoder = ThriftDecoder(data)
-    result = decoder.read_struct()
-    if decoder.pos != len(data):
-        raise ValueError(f"{len(data) - decoder.pos} bytes after the struct")
-    return result
-
-
-def encode_struct(value: Struct) -> bytes:
-    """Thrift compact encoding of `value` (decode_struct's inverse, byte for byte)."""
-    out = bytearray()
-    _put(out, CT_STRUCT, value)
-    return bytes(out)
-
-
-def _put_varint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-
-
-def _put(out: bytearray, ctype: int, value) -> None:
-    """Append one value of compact type `ctype` (field headers are written by the struct case)."""
-    if ctype in (CT_TRUE, CT_FALSE):
-        out.append(CT_TRUE if value else CT_FALSE)
-    elif ctype == CT_BYTE:
-        out.append(value & 0xFF)
-    elif ctype in _INT_TYPES:
-        _put_varint(out, zigzag(value))
-    elif ctype == CT_DOUBLE:
-        out += struct.pack("<d", value)
-    elif ctype == CT_BINARY:
-        _put_varint(out, len(value))
-        out += value
-    elif ctype in (CT_LIST, CT_SET):
-        n = len(value.items)
-        out.append(n << 4 | value.elem_type if n < 15 else 0xF0 | value.elem_type)
-        if n >= 15:
-            _put_varint(out, n)
-        for item in value.items:
-            _put(out, value.elem_type, item)
-    elif ctype == CT_MAP:
-        _put_varint(out, len(value.items))
-        if value.items:
-            out.append(value.key_type << 4 | value.value_type)
-        for k, v in value.items:
-            _put(out, value.key_type, k)
-            _put(out, value.value_type, v)
-    elif ctype == CT_STRUCT:
-        last = 0
-        for fid, ftype, fvalue in value.fields:
-            is_bool = ftype in (CT_TRUE, CT_FALSE)
-            ftype = (CT_TRUE if fvalue else CT_FALSE) if is_bool else ftype
-            if 0 < fid - last <= 15:
-                out.append((fid - last) << 4 | ftype)
-            else:
-                out.append(ftype)
-                _put_varint(out, zigzag(fid))
-            if not is_bool:
-                _put(out, ftype, fvalue)
-            last = fid
-        out.append(CT_STOP)
-    else:
-        raise ValueError(f"unknown Thrift compact type {ctype}")
-
-
-# --------------------------------------------------------------------------------------- splice
+from gaca_cli.log._splice.footer import (
+    CC_COLUMN_INDEX_LENGTH,
+    CC_COLUMN_INDEX_OFFSET,
+    CC_FILE_OFFSET,
+    CC_META_DATA,
+    CC_OFFSET_INDEX_LENGTH,
+    CC_OFFSET_INDEX_OFFSET,
+    CMD_BLOOM_FILTER_LENGTH,
+    CMD_BLOOM_FILTER_OFFSET,
+    CMD_DATA_PAGE_OFFSET,
+    CMD_DICTIONARY_PAGE_OFFSET,
+    CMD_INDEX_PAGE_OFFSET,
+    CMD_PATH_IN_SCHEMA,
+    CMD_TOTAL_UNCOMPRESSED_SIZE,
+    FMD_COLUMN_ORDERS,
+    FMD_CREATED_BY,
+    FMD_KEY_VALUE_METADATA,
+    FMD_NUM_ROWS,
+    FMD_ROW_GROUPS,
+    FMD_SCHEMA,
+    FMD_VERSION,
+    KV_KEY,
+    KV_VALUE,
+    MAGIC,
+    OI_PAGE_LOCATIONS,
+    PL_OFFSET,
+    RG_COLUMNS,
+    RG_FILE_OFFSET,
+    RG_NUM_ROWS,
+    RG_ORDINAL,
+    RG_SORTING_COLUMNS,
+    RG_TOTAL_BYTE_SIZE,
+    RG_TOTAL_COMPRESSED_SIZE,
+    SC_COLUMN_IDX,
+    SE_NUM_CHILDREN,
+    Chunk,
+    Footer,
+    SpliceUnsupported,
+    arrow_schema,
+    chunk_piece,
+    encode_field,
+    memory_footer,
+    read_footer,
+    top_level_fields,
+)
+from gaca_cli.log._splice.thrift import (
+    CT_BINARY,
+    CT_I16,
+    CT_I32,
+    CT_I64,
+    CT_LIST,
+    CT_STRUCT,
+    DECODE_ERRORS,
+    Struct,
+    TList,
+    encode_struct,
+)
 
 _BLOCK = 16 << 20  # buffered-copy block size, when os.copy_file_range is unavailable
-_DECODE_ERRORS = (IndexError, ValueError, TypeError, AttributeError, RecursionError, struct.error)
-
-
-@dataclass
-class _Input:
-    """One Parquet file: its path, decoded FileMetaData and the first byte of its footer; `data`
-    holds the whole file when it was encoded in memory (then `path` only names it)."""
-
-    path: str
-    meta: Struct
-    data_end: int
-    data: memoryview | None = None
-
-
-@dataclass
-class _Piece:
-    """One column chunk to copy: where its bytes are, its ColumnChunk (rewritten in place) and
-    its decoded OffsetIndex; `delta` is how far the chunk moved once written."""
-
-    path: str
-    start: int
-    length: int
-    chunk: Struct
-    offset_index: Struct | None
-    delta: int = 0
-    data: memoryview | None = None  # the chunk's bytes, for chunks encoded in memory
-    extras: dict[int, bytes] | None = None  # an in-memory chunk's bloom filter and column index, by offset
 
 
 def splice_columns(
@@ -344,8 +151,8 @@ def splice_columns(
                     ahead += 1
                 encoded = pending.popleft().result()
                 if schema is None:
-                    schema = _encode_field(encoded.meta, FMD_SCHEMA)
-                elif _encode_field(encoded.meta, FMD_SCHEMA) != schema:
+                    schema = encode_field(encoded.meta, FMD_SCHEMA)
+                elif encode_field(encoded.meta, FMD_SCHEMA) != schema:
                     raise SpliceUnsupported("pyarrow wrote the new columns with another schema in one row group")
                 yield encoded
 
@@ -383,7 +190,7 @@ class _Encoded:
     """One row group's new columns encoded in memory: the little file's FileMetaData and its chunks."""
 
     meta: Struct
-    pieces: list[_Piece]
+    pieces: list[Chunk]
 
 
 class _NewColumns:
@@ -422,7 +229,7 @@ class _NewColumns:
                 constants[name] = value
         files = []
         if len(constants) < table.num_columns:
-            files.append(_memory_footer(self._write(table.drop_columns(list(constants)))))
+            files.append(memory_footer(self._write(table.drop_columns(list(constants)))))
         for name, value in constants.items():
             key = (name, value, n)
             with self.lock:
@@ -434,7 +241,7 @@ class _NewColumns:
                     self.constant_chunks[key] = self._write(
                         pa.table([column], schema=pa.schema([field.with_type(column.type)]))
                     )
-            files.append(_memory_footer(self.constant_chunks[key]))  # fresh Structs: they get moved
+            files.append(memory_footer(self.constant_chunks[key]))  # fresh Structs: they get moved
         return _combine(files, n, self.schema.names)
 
     def _write(self, table: pa.Table) -> pa.Buffer:
@@ -456,7 +263,7 @@ class _NewColumns:
         return sink.getvalue()
 
 
-def _combine(files: list[_Input], n: int, names: list[str]) -> _Encoded:
+def _combine(files: list[Footer], n: int, names: list[str]) -> _Encoded:
     """One row group's new chunks, from the little files that hold them, in the order of
     `names`, with a FileMetaData holding their schema elements and column orders in that order."""
     elements, orders, pieces = {}, {}, {}
@@ -481,7 +288,7 @@ def _combine(files: list[_Input], n: int, names: list[str]) -> _Encoded:
     return _Encoded(meta, [p for n in names for p in pieces[n]])
 
 
-def _memory_piece(inp: _Input, chunk: Struct) -> _Piece:
+def _memory_piece(inp: Footer, chunk: Struct) -> Chunk:
     """A chunk of an in-memory file, with its bytes and those of its bloom filter and column index."""
     p = chunk_piece(inp, chunk)
     p.data = inp.data[p.start : p.start + p.length]
@@ -519,17 +326,7 @@ def _one_value(column: pa.ChunkedArray) -> bytes | None:
     return value
 
 
-def _memory_footer(buffer: pa.Buffer) -> _Input:
-    """Decode the FileMetaData of a Parquet file held in memory (one pyarrow just wrote)."""
-    data = memoryview(buffer).cast("B")  # pyarrow buffers export signed bytes
-    footer_length = int.from_bytes(data[-8:-4], "little")
-    data_end = len(data) - 8 - footer_length
-    if data[:4] != MAGIC or data[-4:] != MAGIC or data_end < 4:
-        raise SpliceUnsupported("pyarrow wrote the new columns in an unexpected layout")
-    return _Input("<new columns>", decode_struct(data[data_end : len(data) - 8]), data_end, data)
-
-
-def _plan(inputs: list[_Input], top: list, kept: list[bool]) -> tuple[dict, list]:
+def _plan(inputs: list[Footer], top: list, kept: list[bool]) -> tuple[dict, list]:
     """The map input leaf index -> output leaf index, and each input row group with its kept
     chunks (validated)."""
     leaf_owner = [i for i, (_, _, leaves) in enumerate(top) for _ in range(leaves)]
@@ -544,82 +341,32 @@ def _plan(inputs: list[_Input], top: list, kept: list[bool]) -> tuple[dict, list
             if sum(rg.get(RG_NUM_ROWS) for rg in row_groups) != inp.meta.get(FMD_NUM_ROWS):
                 raise SpliceUnsupported(f"{inp.path}: row groups do not add up to the file's num_rows")
             plan += [(rg, _kept_pieces(inp, rg, top, leaf_owner, leaf_map)) for rg in row_groups]
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise SpliceUnsupported(f"malformed Parquet footer ({exc!r})") from None
     return leaf_map, plan
 
 
-def read_footer(path: str) -> _Input:
-    """Decode the FileMetaData of `path`; refuse encrypted or malformed files."""
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            head = f.read(4)
-            f.seek(max(size - 8, 0))
-            tail = f.read(8)
-            if MAGIC_ENCRYPTED in (head, tail[4:]):
-                raise SpliceUnsupported(f"{path}: encrypted Parquet file")
-            footer_length = int.from_bytes(tail[:4], "little")
-            data_end = size - 8 - footer_length
-            if size < 12 or head != MAGIC or tail[4:] != MAGIC or data_end < 4:
-                raise SpliceUnsupported(f"{path}: not a Parquet file")
-            f.seek(data_end)
-            meta = decode_struct(f.read(footer_length))
-    except (OSError, *_DECODE_ERRORS) as exc:
-        raise SpliceUnsupported(f"{path}: cannot read the Parquet footer ({exc})") from None
-    if meta.get(FMD_ENCRYPTION_ALGORITHM) is not None or meta.get(FMD_FOOTER_SIGNING_KEY) is not None:
-        raise SpliceUnsupported(f"{path}: encrypted Parquet file")
-    if not isinstance(meta.get(FMD_ROW_GROUPS), TList) or not isinstance(meta.get(FMD_SCHEMA), TList):
-        raise SpliceUnsupported(f"{path}: FileMetaData without schema or row groups")
-    return _Input(path, meta, data_end)
-
-
-def top_level_fields(schema: list[Struct]) -> list[tuple[str, int, int]]:
-    """(name, number of SchemaElements, number of leaf columns) of each top-level field, from the
-    depth-first SchemaElement list (a group has num_children, a leaf has none)."""
-    fields, i = [], 1
-    for _ in range(schema[0].get(SE_NUM_CHILDREN, 0)):
-        start, leaves, pending = i, 0, 1
-        while pending:
-            children = schema[i].get(SE_NUM_CHILDREN)
-            i, pending = i + 1, pending - 1
-            if children is None:
-                leaves += 1
-            else:
-                pending += children
-        fields.append((schema[start].get(SE_NAME).decode(), i - start, leaves))
-    if i != len(schema):
-        raise ValueError("schema has elements outside the root's subtree")
-    return fields
-
-
-def _check_same_files(inputs: list[_Input]) -> tuple[list[tuple[str, int, int]], pa.Schema]:
-    """The inputs' top-level fields and Arrow schema (without schema-level metadata); refuse
-    files whose Parquet or Arrow schemas, format version or writer differ (the copied chunks are
-    read under the first file's created_by)."""
+def _check_same_files(inputs: list[Footer]) -> tuple[list[tuple[str, int, int]], pa.Schema]:
+    """The inputs' top-level fields and Arrow schema (footer.arrow_schema); refuse files whose
+    Parquet or Arrow schemas, format version or writer differ (the copied chunks are read under
+    the first file's created_by)."""
     first = inputs[0]
     for inp in inputs[1:]:
         for fid in (FMD_SCHEMA, FMD_VERSION, FMD_CREATED_BY):
-            if _encode_field(inp.meta, fid) != _encode_field(first.meta, fid):
+            if encode_field(inp.meta, fid) != encode_field(first.meta, fid):
                 raise SpliceUnsupported(f"{inp.path}, {first.path}: Parquet schema, version or created_by differ")
     try:
-        arrow = [pq.read_schema(inp.path).remove_metadata() for inp in inputs]
         top = top_level_fields(first.meta.get(FMD_SCHEMA).items)
-    except (pa.ArrowException, OSError, *_DECODE_ERRORS) as exc:
-        raise SpliceUnsupported(f"{first.path}: unreadable schema ({exc})") from None
-    if any(not schema.equals(arrow[0], check_metadata=True) for schema in arrow[1:]):
-        raise SpliceUnsupported("the input files' Arrow schemas differ")
-    if arrow[0].names != [name for name, _, _ in top]:
-        raise SpliceUnsupported(f"{first.path}: Arrow and Parquet schemas name different columns")
+    except DECODE_ERRORS as exc:
+        raise SpliceUnsupported(f"{first.path}: malformed Parquet schema ({exc})") from None
+    arrow = [arrow_schema(inp) for inp in inputs]
+    for inp, schema in zip(inputs[1:], arrow[1:]):
+        if not schema.equals(arrow[0], check_metadata=True):
+            raise SpliceUnsupported(f"{inp.path}, {first.path}: the files' Arrow schemas differ")
     return top, arrow[0]
 
 
-def _encode_field(meta: Struct, fid: int) -> bytes:
-    """The encoding of one field of `meta` (for equality tests); empty when absent."""
-    return encode_struct(Struct([entry for entry in meta.fields if entry[0] == fid]))
-
-
-def _check_new_columns(new_columns: pa.Table, kept_names: list[str], inputs: list[_Input]) -> None:
+def _check_new_columns(new_columns: pa.Table, kept_names: list[str], inputs: list[Footer]) -> None:
     """Refuse a row-count mismatch or a name clash between kept and new columns."""
     num_rows = sum(inp.meta.get(FMD_NUM_ROWS, -1) for inp in inputs)
     if new_columns.num_rows != num_rows:
@@ -629,7 +376,7 @@ def _check_new_columns(new_columns: pa.Table, kept_names: list[str], inputs: lis
         raise SpliceUnsupported("a new column's name clashes with another column")
 
 
-def _kept_pieces(inp: _Input, rg: Struct, top: list, leaf_owner: list[int], leaf_map: dict) -> list[_Piece]:
+def _kept_pieces(inp: Footer, rg: Struct, top: list, leaf_owner: list[int], leaf_map: dict) -> list[Chunk]:
     """Validate one input row group; return its kept chunks. Remaps sorting_columns in place."""
     columns = rg.get(RG_COLUMNS)
     num_rows = rg.get(RG_NUM_ROWS)
@@ -651,57 +398,6 @@ def _kept_pieces(inp: _Input, rg: Struct, top: list, leaf_owner: list[int], leaf
         else:
             rg.pop(RG_SORTING_COLUMNS)
     return pieces
-
-
-def chunk_piece(inp: _Input, chunk: Struct) -> _Piece:
-    """Validate a ColumnChunk (inline, unencrypted, ranges inside the data area) and read its
-    OffsetIndex."""
-    md = chunk.get(CC_META_DATA)
-    elsewhere = (CC_FILE_PATH, CC_CRYPTO_METADATA, CC_ENCRYPTED_COLUMN_METADATA)
-    if not isinstance(md, Struct) or any(chunk.get(fid) is not None for fid in elsewhere):
-        raise SpliceUnsupported(f"{inp.path}: column chunk stored elsewhere, encrypted or without meta_data")
-    data = md.get(CMD_DATA_PAGE_OFFSET)
-    length = md.get(CMD_TOTAL_COMPRESSED_SIZE)
-    others = [md.get(CMD_DICTIONARY_PAGE_OFFSET), md.get(CMD_INDEX_PAGE_OFFSET)]
-    start = min([o for o in others if isinstance(o, int) and 0 < o < data] + [data])
-    _check_range(inp, start, length, "column chunk")
-    if not start <= data < start + length:
-        raise SpliceUnsupported(f"{inp.path}: data page offset outside its column chunk")
-    if md.get(CMD_BLOOM_FILTER_OFFSET) is not None:
-        _check_range(inp, md.get(CMD_BLOOM_FILTER_OFFSET), md.get(CMD_BLOOM_FILTER_LENGTH), "bloom filter")
-    for offset_fid in (CC_COLUMN_INDEX_OFFSET, CC_OFFSET_INDEX_OFFSET):  # each length's id is offset's + 1
-        if chunk.get(offset_fid) is not None or chunk.get(offset_fid + 1) is not None:
-            _check_range(inp, chunk.get(offset_fid), chunk.get(offset_fid + 1), "page index")
-    offset_index = None
-    if chunk.get(CC_OFFSET_INDEX_OFFSET) is not None:
-        offset_index = _read_offset_index(inp, chunk.get(CC_OFFSET_INDEX_OFFSET), chunk.get(CC_OFFSET_INDEX_LENGTH))
-        locations = offset_index.get(OI_PAGE_LOCATIONS).items
-        if not all(start <= loc.get(PL_OFFSET) < start + length for loc in locations):
-            raise SpliceUnsupported(f"{inp.path}: offset index points outside its column chunk")
-    return _Piece(inp.path, start, length, chunk, offset_index)
-
-
-def _check_range(inp: _Input, offset, length, what: str) -> None:
-    """Refuse a byte range that is not a positive-length range inside the file's data area."""
-    is_int = isinstance(offset, int) and isinstance(length, int)
-    if not (is_int and length > 0 and 4 <= offset <= inp.data_end - length):
-        raise SpliceUnsupported(f"{inp.path}: {what} range ({offset}, {length}) outside the file's data")
-
-
-def _read_offset_index(inp: _Input, offset: int, length: int) -> Struct:
-    """Decode one OffsetIndex; refuse it unless its page locations are a well-formed list."""
-    try:
-        if inp.data is not None:
-            index = decode_struct(inp.data[offset : offset + length])
-        else:
-            with open(inp.path, "rb") as f:
-                f.seek(offset)
-                index = decode_struct(f.read(length))
-        if not all(isinstance(loc.get(PL_OFFSET), int) for loc in index.get(OI_PAGE_LOCATIONS).items):
-            raise ValueError("page location without offset")
-    except (OSError, *_DECODE_ERRORS) as exc:
-        raise SpliceUnsupported(f"{inp.path}: unreadable offset index ({exc})") from None
-    return index
 
 
 def _arrow_schema_bytes(schema: pa.Schema) -> bytes:
@@ -751,7 +447,7 @@ def _set_key_value_metadata(meta: Struct, key_value_metadata: Mapping[str, str],
     meta.set(FMD_KEY_VALUE_METADATA, CT_LIST, TList(CT_STRUCT, items))
 
 
-def _write(dest: str, plan: list[tuple[Struct, list[_Piece]]], meta: Struct, new: Iterator[_Encoded]) -> None:
+def _write(dest: str, plan: list[tuple[Struct, list[Chunk]]], meta: Struct, new: Iterator[_Encoded]) -> None:
     """Write the file: magic, chunks row group by row group (the input's kept chunks, then the
     new ones from memory), page indexes, footer. Removes `dest` on failure when it created it."""
     sources: dict[str, int] = {}
@@ -807,7 +503,7 @@ def _shift_chunk(chunk: Struct, delta: int) -> None:
             owner.set(fid, CT_I64, value + delta)
 
 
-def _finish_row_group(rg: Struct, pieces: list[_Piece], ordinal: int, file_offset: int) -> None:
+def _finish_row_group(rg: Struct, pieces: list[Chunk], ordinal: int, file_offset: int) -> None:
     """Point a RowGroup at its copied chunks and recompute its sizes."""
     mds = [p.chunk.get(CC_META_DATA) for p in pieces]
     rg.set(RG_COLUMNS, CT_LIST, TList(CT_STRUCT, [p.chunk for p in pieces]))
@@ -820,7 +516,7 @@ def _finish_row_group(rg: Struct, pieces: list[_Piece], ordinal: int, file_offse
         rg.pop(RG_ORDINAL)
 
 
-def _write_indexes(out: int, sources: dict[str, int], pieces: list[_Piece], pos: int) -> int:
+def _write_indexes(out: int, sources: dict[str, int], pieces: list[Chunk], pos: int) -> int:
     """Copy bloom filters and column indexes, rewrite offset indexes (page offsets moved by the
     chunk's delta), point the chunks at the new places; return the next free position."""
     for p in pieces:
@@ -847,7 +543,7 @@ def _write_indexes(out: int, sources: dict[str, int], pieces: list[_Piece], pos:
     return pos
 
 
-def _copy_range(p: _Piece, sources: dict[str, int], out: int, offset: int, length: int, pos: int) -> None:
+def _copy_range(p: Chunk, sources: dict[str, int], out: int, offset: int, length: int, pos: int) -> None:
     """Copy a bloom filter or column index of `p` to `pos` of `out`: from its file, or from the
     bytes kept when it was encoded in memory."""
     if p.extras is not None:
