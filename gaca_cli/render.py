@@ -1,6 +1,12 @@
-"""Rich renderables for the run summaries of `validate` and `advantages` (stderr)."""
+"""The run summaries of every command, as rich renderables: `validate`, `advantages`, `score` and
+`train-offline` (shown on stderr) and the closing report of `demo` (on stdout).
+
+Each takes the dict that the command's `--json` prints, so the two always hold the same facts.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from rich.console import Group
 from rich.table import Table
@@ -64,7 +70,9 @@ def advantages_summary(summary: dict) -> Group:
     table.add_row("mean |ω·A^S|", _fmt(summary["mean_abs_weighted_adv_step"]))
     lam = summary.get("lambda")
     if lam:
-        table.add_row("λ mean / min / max", f"{lam['mean']:.4f} / {lam['min']:.4f} / {lam['max']:.4f}  (λ̄ = {lam['bar']:.4f})")
+        table.add_row(
+            "λ mean / min / max", f"{lam['mean']:.4f} / {lam['min']:.4f} / {lam['max']:.4f}  (λ̄ = {lam['bar']:.4f})"
+        )
         table.add_row("corr(λ, NLL)", _fmt(lam["corr_with_nll"], 3))
         if summary.get("criticality_column"):
             table.add_row("criticality from", summary["criticality_column"])
@@ -78,8 +86,73 @@ def advantages_summary(summary: dict) -> Group:
     return Group(*parts)
 
 
-def demo_report(success: dict[str, list[float]], quality: list[dict], out: str, seconds: dict[str, float]) -> Group:
+def score_summary(s: dict) -> Text:
+    """`gaca score`: what was written, how much was scored, how fast, and any warnings."""
+    lines = [
+        f"wrote {s['output']}: {s['rows']:,} rows, {s['action_tokens']:,} action tokens scored with "
+        f"{s['model']} ({s['dtype']}, T={s['temperature']:g}) on {s['device']}",
+        f"  {s['trajectories']:,} trajectories, {s['packed_trajectories']:,} packed into one forward; "
+        f"{s['unique_sequences']:,} sequences ({s['duplicate_sequences']:,} duplicates skipped), "
+        f"{s['tokens']:,} tokens in {s['forwards']:,} forwards",
+        f"  {s['wall_s']:.1f} s"
+        + (f", {s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "")
+        + (f"; resumed {s['resumed_chunks']} of {s['chunks']} chunks" if s["resumed_chunks"] else ""),
+    ]
+    if s["mean_nll_per_token"] is not None:
+        lines.append(f"  mean NLL {s['mean_nll_per_token']:.4f} nats/token")
+    if s["empty_actions"]:
+        lines.append(f"  {s['empty_actions']:,} empty actions (nll_sum 0, nll_mean null)")
+    if s["prefix_mismatch_rows"]:
+        lines.append(
+            f"  warning: {s['prefix_mismatch_rows']:,} rows where the context's tokens are not a prefix of "
+            f"context + action's; their action was tokenised on its own "
+            f"(rows {', '.join(s['prefix_mismatch_examples'])})"
+        )
+    if s["oom_backoffs"]:
+        lines.append(f"  {s['oom_backoffs']} out-of-memory back-offs (lower --max-batch-tokens to avoid them)")
+    lines += _warning_lines(s.get("warnings", {}))
+    return Text("\n".join(lines))
+
+
+def train_summary(s: dict) -> Text:
+    """`gaca train-offline`: the run, the rows used, the last optimiser step, the throughput."""
+    rows, final = s["rows"], s["final"]
+    resumed = f" (resumed at step {s['resumed_from_step']})" if s.get("resumed_from_step") else ""
+    lines = [
+        f"wrote {s['output']}: {s['mode']} fine-tuning with --loss {s['loss']}, {s['steps']} optimiser steps "
+        f"over {s['sequences']:,} steps of the log{resumed}",
+        f"  rows: {rows['rows']:,} read, {rows['trained']:,} trained on, {rows['no_gradient']:,} carry no gradient"
+        + (f", {rows['empty_action']:,} empty actions" if rows.get("empty_action") else "")
+        + (f", {rows['too_long']:,} longer than --max-length" if rows.get("too_long") else ""),
+        f"  behavior log-probs: {s['behavior_source'] or 'none'}",
+        f"  final step: loss {_dash(final['loss'])}, policy loss {_dash(final['policy_loss'])}, "
+        f"KL {_dash(final['kl'])}, ratio mean {_dash(final['ratio_mean'])}, "
+        f"clip fraction {_dash(final['clip_frac'])}, grad norm {_dash(final['grad_norm'])}",
+        f"  {s['tokens']:,} tokens in {s['wall_s']:.1f} s"
+        + (f" ({s['tokens_per_s']:,.0f} tokens/s)" if s.get("tokens_per_s") else "")
+        + f" on {s['processes']} process(es), {s['device']}, mixed precision {s['mixed_precision']}",
+        f"  metrics: {Path(s['output']) / 'metrics.jsonl'}",
+    ]
+    if rows.get("prefix_mismatch"):
+        lines.append(
+            f"  warning: {rows['prefix_mismatch']:,} rows whose context tokens are not a prefix of context + "
+            "action's (their action was tokenised on its own, as `gaca score` does)"
+        )
+    lines += _warning_lines(s.get("warnings", {}))
+    return Text("\n".join(lines))
+
+
+def _dash(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4g}"
+
+
+def _warning_lines(warnings: dict[str, int]) -> list[str]:
+    return [f"  warning: {count:,} {key.replace('_', ' ')}" for key, count in warnings.items() if count]
+
+
+def demo_report(summary: dict) -> Group:
     """The end of `gaca demo`: success per method and iteration, and the quality table."""
+    success, quality = summary["success"], summary["quality"]
     parts: list = []
     parts.append(Text("TextWorld success rate per iteration (0 = the start model)", style="italic"))
     loop = Table(box=None)
@@ -119,6 +192,6 @@ def demo_report(success: dict[str, list[float]], quality: list[dict], out: str, 
             style="dim",
         )
     )
-    timing = "  ".join(f"{k} {v:.0f}s" for k, v in seconds.items())
-    parts.append(Text(f"every file is in {out}  ·  {timing}", style="dim"))
+    timing = "  ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
+    parts.append(Text(f"every file is in {summary['out']}  ·  {timing}", style="dim"))
     return Group(*parts)

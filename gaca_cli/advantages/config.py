@@ -1,14 +1,15 @@
-"""The parameters of `gaca advantages`, their defaults (docs/estimators.md) and their validation."""
+"""The parameters of `gaca advantages`: their defaults (docs/estimators.md), their help texts (the
+fields with a help text are the command's options) and their validation."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
-import numpy as np
+import math
+from dataclasses import asdict, dataclass, field
 
 
 class ConfigError(ValueError):
-    """An invalid configuration value; `field` names the offending parameter."""
+    """An invalid configuration value; `field` names the offending parameter (the command line
+    reports it as a usage error naming that field's option)."""
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
@@ -40,17 +41,26 @@ NLL_REDUCES = ("mean", "sum")
 class AdvantagesConfig:
     """Every parameter of `gaca advantages`; the defaults are the spec's."""
 
-    method: str = "gaca"
-    gamma: float = 0.95
-    norm: str | None = None  # None: the method's default (grpo: std; gigpo, gaca: mean)
-    step_weight: float = 1.0
-    episode_stats: str = "trajectories"
-    anchor_similarity: float | None = None
-    beta: float = 0.1
-    nll_scope: str = "trajectory"
-    nll_reduce: str = "mean"
-    lambda_min: float = 0.0
-    lambda_max: float = 1.0
+    method: str = field(default="gaca", metadata={"help": f"Estimator: {' | '.join(METHODS)}.", "short": "-m"})
+    gamma: float = field(default=0.95, metadata={"help": "Discount γ of the return-to-go G_t."})
+    norm: str | None = field(  # None: the method's default (grpo: std; gigpo, gaca: mean)
+        default=None, metadata={"help": "std | mean (default: std for grpo, mean for gigpo and gaca)."}
+    )
+    step_weight: float = field(default=1.0, metadata={"help": "ω: weight of the step-level signal."})
+    episode_stats: str = field(
+        default="trajectories", metadata={"help": "Episode statistics over: trajectories | steps."}
+    )
+    anchor_similarity: float | None = field(
+        default=None,
+        metadata={"help": "θ in (0, 1): merge anchors with 2·LCS/(|a|+|b|) ≥ θ (default: exact equality)."},
+    )
+    beta: float = field(default=0.1, metadata={"help": "β: how strongly NLL moves λ away from ω/(1+ω) (gaca)."})
+    nll_scope: str = field(
+        default="trajectory", metadata={"help": "Standardise NLL within: trajectory | group | batch."}
+    )
+    nll_reduce: str = field(default="mean", metadata={"help": "Criticality u_t: mean (nats/token) | sum (nats)."})
+    lambda_min: float = field(default=0.0, metadata={"help": "Lower clip of λ_t."})
+    lambda_max: float = field(default=1.0, metadata={"help": "Upper clip of λ_t."})
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, use: str) -> None:
@@ -67,16 +77,21 @@ class AdvantagesConfig:
                 bad(name, getattr(self, name), " | ".join(allowed))
         if self.norm is not None and self.norm not in NORMS:
             bad("norm", self.norm, "std | mean")
-        if not (np.isfinite(self.gamma) and 0.0 <= self.gamma <= 1.0):
+        if not (math.isfinite(self.gamma) and 0.0 <= self.gamma <= 1.0):
             bad("gamma", self.gamma, "a discount in [0, 1], e.g. 0.95")
-        if not (np.isfinite(self.step_weight) and self.step_weight >= 0.0):
+        if not (math.isfinite(self.step_weight) and self.step_weight >= 0.0):
             bad("step_weight", self.step_weight, "a finite weight ≥ 0 (0 reduces gigpo to grpo)")
         if self.anchor_similarity is not None and not (0.0 < self.anchor_similarity < 1.0):
-            bad("anchor_similarity", self.anchor_similarity, "a threshold strictly between 0 and 1, or leave it unset for exact anchors")
-        if not (np.isfinite(self.beta) and self.beta >= 0.0):
+            bad(
+                "anchor_similarity",
+                self.anchor_similarity,
+                "a threshold strictly between 0 and 1, or leave it unset for exact anchors",
+            )
+        if not (math.isfinite(self.beta) and self.beta >= 0.0):
             bad("beta", self.beta, "a finite value ≥ 0 (0 reproduces gigpo)")
         if not (0.0 <= self.lambda_min <= self.lambda_max <= 1.0):
-            bad("lambda_min", (self.lambda_min, self.lambda_max), "0 ≤ lambda_min ≤ lambda_max ≤ 1 (given as (min, max))")
+            name = "lambda_max" if not self.lambda_max <= 1.0 else "lambda_min"  # the option to change
+            bad(name, (self.lambda_min, self.lambda_max), "0 ≤ lambda_min ≤ lambda_max ≤ 1 (given as (min, max))")
         if self.method == "gaca" and not (self.lambda_min <= self.lambda_bar <= self.lambda_max):
             bad(
                 "lambda_min",
@@ -99,4 +114,3 @@ class AdvantagesConfig:
         params = asdict(self)
         params["norm"] = "std" if self.normalize_by_std else "mean"
         return params
-

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import JsonOption, build_config, err_console, print_json, user_errors
+from gaca_cli.cli.common import JsonOption, err_console, print_json, user_errors
+from gaca_cli.cli.options import ConfigOptions, config_options
+from gaca_cli.demo.run import DemoConfig
 
 
 @app.command()
+@config_options(DemoConfig)
 def demo(
-    out: Optional[Path] = typer.Option(None, "--out", help="Keep every intermediate file here (default: a temporary directory)."),
-    games: int = typer.Option(3, "--games", help="TextWorld games (episode groups)."),
-    rollouts: int = typer.Option(8, "--rollouts", help="Rollouts per game and iteration."),
-    iterations: int = typer.Option(1, "--iterations", help="Offline updates per method."),
-    methods: str = typer.Option("grpo,gigpo,gaca", "--methods", help="Comma-separated estimators to compare."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the warm start, the collections and the updates."),
-    bc_steps: int = typer.Option(120, "--bc-steps", help="Behaviour-cloning steps of the start model."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Keep every intermediate file here (default: a temporary directory)."
+    ),
+    *,
+    options: ConfigOptions[DemoConfig],
     as_json: bool = JsonOption,
 ) -> None:
     """Run the whole pipeline on TextWorld in a few minutes on CPU.
@@ -33,46 +34,31 @@ def demo(
 
     Example: gaca demo --out runs/demo
     """
-    from gaca_cli.demo.run import DemoConfig, run_demo
+    config = options.build(out=out or Path("."))  # validated before a directory is made
+    if out is None:
+        config = replace(config, out=Path(tempfile.mkdtemp(prefix="gaca-demo-")))
+    from gaca_cli.cli.progress import ProgressBar
+    from gaca_cli.demo.run import run_demo
 
-    names = tuple(m.strip() for m in methods.split(",") if m.strip())
-    workdir = out if out is not None else Path(tempfile.mkdtemp(prefix="gaca-demo-"))
-    config = build_config(DemoConfig, out=workdir, games=games, rollouts=rollouts, iterations=iterations,
-                          methods=names, seed=seed, bc_steps=bc_steps)
-    console = err_console()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with user_errors():
-        with Progress(
-            TextColumn("[bold]{task.fields[stage]:<10}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-            console=console,
-            transient=False,
-            disable=not console.is_terminal,
-        ) as bar:
-            tasks: dict[str, int] = {}
-
-            def progress(stage: str, done: int, total: int, message: str) -> None:
-                if stage not in tasks:
-                    tasks[stage] = bar.add_task(message, total=total, stage=stage)
-                bar.update(tasks[stage], completed=done, total=total, description=message)
-                if not console.is_terminal:
-                    console.print(f"{stage}: {message}")
-
-            result = run_demo(config, progress)
+    with user_errors(), ProgressBar(err_console(), echo_when_hidden=True) as bar:
+        result = run_demo(config, bar.update)
+    summary = {
+        "out": str(config.out),
+        "success": result.success,
+        "annotated": str(result.annotated),
+        "quality": result.quality,
+        "seconds": result.seconds,
+    }
     if as_json:
-        print_json({"out": str(workdir), "success": result.success, "annotated": str(result.annotated),
-                    "quality": result.quality, "seconds": result.seconds})
+        print_json(summary)
         return
+    from gaca_cli.inspect.config import InspectConfig
+    from gaca_cli.inspect.data import build_view, load_annotated
     from gaca_cli.inspect.view import render, stdout_console
-    from gaca_cli.inspect.data import InspectConfig, build_view, load_annotated
     from gaca_cli.render import demo_report
 
     screen = stdout_console()
     with user_errors():
         view = build_view(load_annotated([str(result.annotated)]), InspectConfig())
     screen.print(render(view, wide=False))
-    screen.print(demo_report(result.success, result.quality, str(workdir), result.seconds))
+    screen.print(demo_report(summary))

@@ -3,34 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import JsonOption, MapOption, build_config, column_map, print_json, user_errors
+from gaca_cli.cli.common import JsonOption, MapOption, column_map, print_json, user_errors
+from gaca_cli.cli.options import ConfigOptions, config_options
+from gaca_cli.inspect.config import InspectConfig
 
 
 @app.command("inspect")
+@config_options(InspectConfig)
 def inspect_command(
     logs: list[Path] = typer.Argument(..., metavar="ANNOTATED...", help="Log(s) written by `gaca advantages`."),
-    traj: Optional[str] = typer.Option(None, "--traj", help="Show every step of this trajectory."),
-    group: Optional[str] = typer.Option(None, "--group", help="Show every step of this episode group."),
-    top: Optional[int] = typer.Option(
-        None, "--top", metavar="K", help="Show the K most extreme steps (default 10 with --by)."
-    ),
-    by: Optional[str] = typer.Option(
-        None, "--by", help="Key of --top: nll | weight | advantage | abs-advantage (default)."
-    ),
-    lowest: bool = typer.Option(False, "--lowest", help="With --top: the K smallest values instead of the largest."),
-    compare: Optional[str] = typer.Option(
-        None,
-        "--compare",
-        metavar="M1,M2,...",
-        help="Recompute these methods with the file's parameters and compare them, e.g. grpo,gigpo,gaca.",
-    ),
+    *,
+    options: ConfigOptions[InspectConfig],
     wide: bool = typer.Option(False, "--wide", help="Show actions and anchors in full."),
-    plot: Optional[Path] = typer.Option(
+    plot: Path | None = typer.Option(
         None, "--plot", metavar="FILE.png", help="Also save figures (needs matplotlib: pip install 'gaca-cli[plot]')."
     ),
     pager: bool = typer.Option(True, "--pager/--no-pager", help="Page long output on a terminal."),
@@ -45,11 +34,10 @@ def inspect_command(
 
     Example: gaca inspect annotated.parquet --traj task-03/r5 --compare grpo,gigpo,gaca
     """
-    from gaca_cli.inspect.data import InspectConfig, build_view, load_annotated, plot_data
-
-    methods = tuple(m.strip() for m in compare.split(",") if m.strip()) if compare is not None else ()
-    config = build_config(InspectConfig, traj=traj, group=group, top=top, by=by, lowest=lowest, compare=methods)
+    config = options.build()
     mapping = column_map(column_maps)
+    from gaca_cli.inspect.data import build_view, load_annotated, plot_data
+
     with user_errors():
         annotated = load_annotated([str(p) for p in logs], mapping)
         view = build_view(annotated, config)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import JsonOption, MapOption, column_map, err_console, print_json, user_errors
+from gaca_cli.cli.common import JsonOption, MapOption, column_map, show_summary, user_errors
 
 
 @app.command()
@@ -30,11 +30,13 @@ def validate(
     """
     from gaca_cli.log.checks import inspect_log
     from gaca_cli.log.io import read_log
-    from gaca_cli.render import validation_report
     from gaca_cli.log.schema import COMMAND_NEEDS
+    from gaca_cli.render import validation_report
 
     if command not in COMMAND_NEEDS:
-        raise typer.BadParameter(f"unknown command {command!r}; use one of {', '.join(COMMAND_NEEDS)}", param_hint="--for")
+        raise typer.BadParameter(
+            f"unknown command {command!r}; use one of {', '.join(COMMAND_NEEDS)}", param_hint="'--for'"
+        )
     with user_errors():
         log = read_log(logs, column_map(column_maps))
         result = inspect_log(log, command)
@@ -48,9 +50,6 @@ def validate(
         ],
         "warnings": result.warnings,
     }
-    if as_json:
-        print_json(report)
-    else:
-        err_console().print(validation_report(report))
+    show_summary(report, validation_report, as_json=as_json)
     if result.violations:
         raise typer.Exit(1)

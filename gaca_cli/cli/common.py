@@ -1,10 +1,10 @@
-"""What every command shares: error handling, consoles, output paths, common options."""
+"""What every command shares: error handling, consoles, output paths, common options, the summary."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,24 +40,13 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def build_config(cls: type, **kwargs: Any) -> Any:
-    """Build a frozen config; its validation messages become usage errors (exit 2) that name
-    the option (a ValueError with a `field` attribute names it, e.g. beta -> --beta)."""
-    try:
-        return cls(**kwargs)
-    except ValueError as exc:
-        field = getattr(exc, "field", None)
-        hint = "--" + field.replace("_", "-") if field else None
-        raise typer.BadParameter(str(exc), param_hint=hint) from None
-
-
 def column_map(items: Sequence[str]) -> dict[str, str]:
     from gaca_cli.log.io import parse_column_map
 
     try:
         return parse_column_map(items)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--map") from None
+        raise typer.BadParameter(str(exc), param_hint="'--map'") from None
 
 
 def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Path:
@@ -67,14 +56,14 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Pat
 
     if output is None:
         if len(inputs) != 1 or Path(inputs[0]).is_dir() or any(c in str(inputs[0]) for c in "*?["):
-            raise typer.BadParameter("several input files: give the output file with -o", param_hint="-o")
+            raise typer.BadParameter("several input files: give the output file with -o", param_hint="'-o'")
         src = Path(inputs[0])
         output = src.with_name(f"{src.stem}.{suffix}.parquet")
     clash = same_or_inside(output, inputs)
     if clash is not None:
         raise typer.BadParameter(
             f"{output} would overwrite or fall inside the input {clash}; choose another -o",
-            param_hint="-o",
+            param_hint="'-o'",
         )
     return output
 
@@ -82,3 +71,12 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Pat
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
+
+
+def show_summary(summary: dict, render: Callable[[dict], Any], *, as_json: bool) -> None:
+    """The end of every command that writes a file: with --json the summary is the data on
+    stdout; otherwise `render(summary)` (a `gaca_cli.render` function) is drawn on stderr."""
+    if as_json:
+        print_json(summary)
+    else:
+        err_console().print(render(summary))

@@ -65,7 +65,7 @@ import pyarrow as pa
 
 from gaca_cli.log import columns as C
 from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.advantages.config import AdvantagesConfig, ConfigError
 from gaca_cli.log.io import Log
 
 TRUE_ADVANTAGE = "true_advantage"  # Q^π(s, a) − V^π(s) of the logged step
@@ -97,7 +97,7 @@ class CorridorConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, use: str) -> None:
-            raise ValueError(f"{name} = {value!r} is not valid; use {use}")
+            raise ConfigError(name.partition("/")[0], f"{name} = {value!r} is not valid; use {use}")
 
         if self.n_tasks < 1:
             bad("n_tasks", self.n_tasks, "at least 1")
@@ -461,18 +461,20 @@ class QualityConfig:
 
     def __post_init__(self) -> None:
         if len(self.seeds) < 1:
-            raise ValueError("seeds = () is not valid; use at least one seed, e.g. (0, 1, 2)")
+            raise ConfigError("seeds", "seeds = () is not valid; use at least one seed, e.g. (0, 1, 2)")
         if self.groups < 1:
-            raise ValueError(f"groups = {self.groups!r} is not valid; use at least 1")
+            raise ConfigError("groups", f"groups = {self.groups!r} is not valid; use at least 1")
         if self.rollouts < 2:
-            raise ValueError(f"rollouts = {self.rollouts!r} is not valid; use at least 2 (a group needs a baseline)")
+            raise ConfigError(
+                "rollouts", f"rollouts = {self.rollouts!r} is not valid; use at least 2 (a group needs a baseline)"
+            )
         for b in self.betas:
             if not (np.isfinite(b) and b > 0):
-                raise ValueError(f"betas contains {b!r}; use values > 0 (β = 0 is the gigpo row)")
+                raise ConfigError("betas", f"betas contains {b!r}; use values > 0 (β = 0 is the gigpo row)")
         if not (np.isfinite(self.step_weight) and self.step_weight >= 0):
-            raise ValueError(f"step_weight = {self.step_weight!r} is not valid; use a finite weight ≥ 0")
+            raise ConfigError("step_weight", f"step_weight = {self.step_weight!r} is not valid; use a finite weight ≥ 0")
         if self.norm not in (None, "mean", "std"):
-            raise ValueError(f"norm = {self.norm!r} is not valid; use mean | std")
+            raise ConfigError("norm", f"norm = {self.norm!r} is not valid; use mean | std")
 
     def estimators(self) -> list[tuple[str, AdvantagesConfig]]:
         """(label, config) of every estimator scored, in table order."""

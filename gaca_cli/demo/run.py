@@ -31,36 +31,41 @@ Progress = Callable[[str, int, int, str], None]
 
 @dataclass(frozen=True)
 class DemoConfig:
-    """Sizes of the demo; the defaults run in a few minutes on 2 CPU cores."""
+    """Sizes of the demo; the defaults run in a few minutes on 2 CPU cores. The fields with a
+    help text are the options of `gaca demo`."""
 
     out: Path
-    games: int = 3
-    rollouts: int = 8
+    games: int = field(default=3, metadata={"help": "TextWorld games (episode groups)."})
+    rollouts: int = field(default=8, metadata={"help": "Rollouts per game and iteration."})
     max_steps: int = 10
-    iterations: int = 1
-    methods: tuple[str, ...] = ("grpo", "gigpo", "gaca")
-    seed: int = 0
-    bc_steps: int = 120
+    iterations: int = field(default=1, metadata={"help": "Offline updates per method."})
+    methods: tuple[str, ...] = field(
+        default=("grpo", "gigpo", "gaca"), metadata={"help": "Comma-separated estimators to compare."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the warm start, the collections and the updates."})
+    bc_steps: int = field(default=120, metadata={"help": "Behaviour-cloning steps of the start model."})
     lr: float = 2e-4
     epochs: int = 1
     quality_seeds: tuple[int, ...] = (0, 1, 2)
     games_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        from gaca_cli.advantages.config import METHODS
+        from gaca_cli.advantages.config import METHODS, ConfigError
 
         for name in ("games", "rollouts", "max_steps", "bc_steps", "epochs"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
+                raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
         if self.rollouts < 2:
-            raise ValueError(f"rollouts = {self.rollouts} is not valid; use ≥ 2 (a group needs a baseline)")
+            raise ConfigError("rollouts", f"rollouts = {self.rollouts} is not valid; use ≥ 2 (a group needs a baseline)")
         if self.iterations < 0:
-            raise ValueError(f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
+            raise ConfigError("iterations", f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
-            raise ValueError(f"methods = {','.join(self.methods)!r} is not valid; use names from {', '.join(METHODS)}")
+            raise ConfigError(
+                "methods", f"methods = {','.join(self.methods)!r} is not valid; use names from {', '.join(METHODS)}"
+            )
         if not self.lr > 0:
-            raise ValueError(f"lr = {self.lr!r} is not valid; use a learning rate > 0, e.g. 2e-4")
+            raise ConfigError("lr", f"lr = {self.lr!r} is not valid; use a learning rate > 0, e.g. 2e-4")
 
 
 @dataclass

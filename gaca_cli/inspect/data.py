@@ -29,13 +29,12 @@ from gaca_cli.log.anchors import anchor_column
 from gaca_cli.errors import GacaError
 from gaca_cli.advantages.estimators import standardize_in_scopes
 from gaca_cli.advantages.config import METHODS, AdvantagesConfig
+from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.log.grouping import dense_rank, plain
 from gaca_cli.log.io import Log, read_log
 
-BY_KEYS = ("nll", "weight", "advantage", "abs-advantage")
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step
 N_BINS = 24  # bins of every histogram
-DEFAULT_TOP = 10  # rows of --top / rank movers of --compare when no K is given
 SELECTION_MOVERS = 3  # movers marked in a --compare table of one trajectory or group
 SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
 
@@ -64,64 +63,6 @@ _NUMERIC_OUTPUTS = (
     C.GACA_WEIGHT,
     C.ADVANTAGE,
 )
-
-
-@dataclass(frozen=True)
-class InspectConfig:
-    """Every option of `gaca inspect` that chooses what is computed (not how it is drawn).
-
-    traj / group: show one trajectory / one episode group (ids compared as text).
-    top: the K most extreme steps; by: their key (default abs-advantage); lowest: the K
-    smallest instead of the largest. compare: recompute these methods (two or more) with the
-    file's parameters and show how they differ; `top` is then the number of rank movers.
-    """
-
-    traj: str | None = None
-    group: str | None = None
-    top: int | None = None
-    by: str | None = None
-    lowest: bool = False
-    compare: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.traj is not None and self.group is not None:
-            raise ValueError(
-                f"traj = {self.traj!r} and group = {self.group!r} are both set; use one of --traj or --group"
-            )
-        if self.top is not None and self.top < 1:
-            raise ValueError(f"top = {self.top!r} is not valid; use a number of steps ≥ 1, e.g. --top 10")
-        if self.by is not None and self.by not in BY_KEYS:
-            raise ValueError(f"by = {self.by!r} is not valid; use {' | '.join(BY_KEYS)}")
-        if self.compare:
-            bad = [m for m in self.compare if m not in METHODS]
-            if bad:
-                raise ValueError(
-                    f"compare = {','.join(self.compare)!r} names unknown method {bad[0]!r}; use {','.join(METHODS)}"
-                )
-            if len(set(self.compare)) != len(self.compare) or len(self.compare) < 2:
-                raise ValueError(
-                    f"compare = {','.join(self.compare)!r} is not valid; name two or more different methods, "
-                    f"e.g. --compare {','.join(METHODS)}"
-                )
-            if self.by is not None or self.lowest:
-                raise ValueError(
-                    "by/lowest have no effect with compare (it ranks steps by advantage); drop --by / --lowest"
-                )
-
-    @property
-    def view(self) -> str:
-        """overview | steps | top | compare."""
-        if self.compare:
-            return "compare"
-        if self.top is not None or self.by is not None or self.lowest:
-            return "top"
-        if self.traj is not None or self.group is not None:
-            return "steps"
-        return "overview"
-
-    @property
-    def k(self) -> int:
-        return DEFAULT_TOP if self.top is None else self.top
 
 
 @dataclass(frozen=True)

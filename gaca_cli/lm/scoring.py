@@ -46,59 +46,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from gaca_cli import __version__
-from gaca_cli.log import columns as C
 from gaca_cli.errors import GacaError
+from gaca_cli.lm.score_config import ScoreConfig
+from gaca_cli.log import columns as C
 
-CONTEXT_SOURCES = ("auto", "tokens", "prompt", "messages")
 HEAD_CHUNK_BYTES = 128 * 2**20  # float32 logits materialised at once by the vocabulary projection
 WORK_DIR_SUFFIX = ".parts"
 _MANIFEST = "manifest.json"
 _CHUNK_META = "gaca.score.chunk"
 
 
-@dataclass(frozen=True)
-class ScoreConfig:
-    """Every option of `gaca score`, validated; defaults live here and nowhere else."""
-
-    model: str = ""
-    revision: str | None = None
-    dtype: str = "auto"  # auto | bf16 | fp16 | fp32 (auto: bf16 on CUDA, fp32 elsewhere)
-    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    trust_remote_code: bool = False
-    temperature: float = 1.0
-    token_logprobs: bool = False
-    context: str = "auto"  # auto | tokens | prompt | messages
-    add_special_tokens: bool = False
-    strict_prefix: bool = False
-    pack: bool = True
-    max_batch_tokens: int = 16384
-    chunk_rows: int = 4096
-    resume: bool = False
-
-    def __post_init__(self) -> None:
-        from gaca_cli.lm.models import check_device_name, check_dtype_name
-
-        if not self.model:
-            raise ValueError("model must name a local directory or a hub id (--model ./my-model)")
-        check_dtype_name(self.dtype)
-        check_device_name(self.device)
-        if not (np.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}; use 1 for the model as is")
-        if self.context not in CONTEXT_SOURCES:
-            raise ValueError(f"context must be one of {', '.join(CONTEXT_SOURCES)}, got {self.context!r}")
-        if self.max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be ≥ 1, got {self.max_batch_tokens}; e.g. 16384")
-        if self.chunk_rows < 1:
-            raise ValueError(f"chunk_rows must be ≥ 1, got {self.chunk_rows}; e.g. 4096")
-
-    def plan_fingerprint(self) -> dict:
-        """The options that decide the numbers and the chunk layout (checked by --resume)."""
-        keep = ("model", "revision", "dtype", "temperature", "token_logprobs", "context",
-                "add_special_tokens", "strict_prefix", "pack", "chunk_rows")
-        return {k: getattr(self, k) for k in keep}
-
-
 class Progress(Protocol):
+    """How `run_score` reports as it goes: `start` once with the rows this process scores,
+    then `advance` with the rows and tokens of each finished batch."""
+
     def start(self, total_rows: int) -> None: ...
     def advance(self, rows: int, tokens: int) -> None: ...
 
@@ -568,7 +529,7 @@ def score_shard(log, index, config: ScoreConfig, scorer: Scorer, tokenizer, work
         stats = new_stats()
         steps_of_seq = np.bincount(plan.step_seq, minlength=len(plan.seqs))
 
-        def on_batch(batch: np.ndarray) -> None:
+        def on_batch(batch: np.ndarray, steps_of_seq: np.ndarray = steps_of_seq, plan: ChunkPlan = plan) -> None:
             if progress is not None:
                 progress.advance(int(steps_of_seq[batch].sum()), int(sum(len(plan.seqs[i]) for i in batch)))
 
@@ -705,9 +666,9 @@ def run_score(log, config: ScoreConfig, out: str | os.PathLike, *, rank: int = 0
     """Check the log, load the model, score this rank's share into the work directory, and
     (rank 0) merge everything into OUT atomically. `loaded` = load_causal_lm's result, to
     reuse a model already in memory."""
+    from gaca_cli.lm.models import dtype_name, load_causal_lm, resolve_device, resolve_dtype
     from gaca_cli.log.checks import prepare_log
     from gaca_cli.log.io import write_parquet_atomic
-    from gaca_cli.lm.models import dtype_name, load_causal_lm, resolve_device, resolve_dtype
 
     t0 = time.perf_counter()
     index, warnings = prepare_log(log, "score")

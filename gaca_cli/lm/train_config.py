@@ -1,19 +1,23 @@
-"""The configuration of `gaca train-offline`: its choices and one frozen dataclass.
+"""The configuration of `gaca train-offline`: its choices and one frozen dataclass whose fields
+carry each option's default, help text and (in `__post_init__`) validation.
 
 Kept apart from `gaca_cli.lm.training` (pyarrow, the log checks, torch on use) so that the
-command line can build its options from these defaults without importing any of that.
+command line builds its options from these fields without importing any of that.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from gaca_cli.advantages.config import ConfigError
+from gaca_cli.lm.score_config import CONTEXT_SOURCES
 from gaca_cli.log import columns as C
-from gaca_cli.lm.scoring import CONTEXT_SOURCES
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LOSSES = ("ppo", "pg", "awr", "filtered-bc")
 AGGREGATIONS = ("token-mean", "seq-mean")
@@ -21,57 +25,93 @@ BEHAVIOR_SOURCES = ("auto", C.BEHAVIOR_LOGPROBS, C.TOKEN_LOGPROBS)
 TRAIN_DTYPES = ("auto", "bf16", "fp32")
 TRAIN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """Every parameter of `gaca train-offline`, with its defaults."""
+    """Every parameter of `gaca train-offline`, with its default and help text."""
 
-    model: str = ""
-    revision: str | None = None
-    trust_remote_code: bool = False
+    model: str = field(metadata={"help": "Starting model: a local directory or a hub id.", "short": "-M"})
+    revision: str | None = field(default=None, metadata={"help": "Hub revision of --model."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Run the model repository's own Python code."})
     # objective
-    loss: str = "ppo"
-    aggregation: str = "token-mean"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    is_cap: float | None = None
-    awr_temperature: float = 1.0
-    awr_max_weight: float = 20.0
-    bc_threshold: float = 0.0
-    kl_coef: float = 0.0
-    behavior: str = "auto"
-    temperature: float = 1.0
+    loss: str = field(default="ppo", metadata={"help": f"Objective: {' | '.join(LOSSES)}."})
+    aggregation: str = field(
+        default="token-mean",
+        metadata={
+            "help": f"{' | '.join(AGGREGATIONS)}: mean over the step's tokens, or per sequence then over sequences."
+        },
+    )
+    clip_low: float = field(default=0.2, metadata={"help": "ppo: ε_low, ratio clipped below at 1 − ε_low."})
+    clip_high: float = field(default=0.2, metadata={"help": "ppo: ε_high, ratio clipped above at 1 + ε_high."})
+    is_cap: float | None = field(
+        default=None, metadata={"help": "pg: truncate importance weights π/μ at this value (default: no weights)."}
+    )
+    awr_temperature: float = field(default=1.0, metadata={"help": "awr: τ in exp(A/τ)."})
+    awr_max_weight: float = field(default=20.0, metadata={"help": "awr: clip of exp(A/τ)."})
+    bc_threshold: float = field(default=0.0, metadata={"help": "filtered-bc: train on the steps with A above this."})
+    kl_coef: float = field(
+        default=0.0, metadata={"help": "Weight of the k3 KL penalty to the starting model (0: off)."}
+    )
+    behavior: str = field(
+        default="auto",
+        metadata={
+            "help": f"μ from: {' | '.join(BEHAVIOR_SOURCES)} (auto: the first that lines up with the action tokens)."
+        },
+    )
+    temperature: float = field(
+        default=1.0, metadata={"help": "Divide logits by T (as `gaca score -T`).", "short": "-T"}
+    )
     # tokenisation (the same options as `gaca score`, so that token_logprobs line up)
-    context: str = "auto"
-    add_special_tokens: bool = False
-    strict_prefix: bool = False
+    context: str = field(
+        default="auto", metadata={"help": f"Context from: {' | '.join(CONTEXT_SOURCES)} (as `gaca score`)."}
+    )
+    add_special_tokens: bool = field(
+        default=False, metadata={"help": "Let the tokenizer add BOS to a `prompt` (as `gaca score`)."}
+    )
+    strict_prefix: bool = field(
+        default=False, metadata={"help": "Error where context tokens are not a prefix of context + action's."}
+    )
     # optimisation
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    warmup_ratio: float = 0.05
-    min_lr_ratio: float = 0.0
-    max_grad_norm: float = 1.0
-    batch_size: int = 32
-    max_batch_tokens: int = 8192
-    epochs: int = 1
-    max_steps: int | None = None
-    max_length: int | None = None
-    seed: int = 0
+    lr: float = field(default=1e-5, metadata={"help": "Peak learning rate (after warm-up)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    warmup_ratio: float = field(default=0.05, metadata={"help": "Fraction of the steps spent warming up linearly."})
+    min_lr_ratio: float = field(default=0.0, metadata={"help": "Cosine decay floor, as a fraction of --lr."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Clip the gradient norm (0: no clipping)."})
+    batch_size: int = field(default=32, metadata={"help": "Logged steps per optimiser step."})
+    max_batch_tokens: int = field(
+        default=8192,
+        metadata={"help": "Padded tokens per micro-batch; gradients accumulate over a step's micro-batches."},
+    )
+    epochs: int = field(default=1, metadata={"help": "Passes over the steps (ignored with --max-steps)."})
+    max_steps: int | None = field(default=None, metadata={"help": "Optimiser steps to take (overrides --epochs)."})
+    max_length: int | None = field(
+        default=None, metadata={"help": "Skip steps longer than this many tokens (counted)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of data order and initialisation."})
     # parameters
-    lora_r: int = 0
-    lora_alpha: float | None = None
-    lora_targets: tuple[str, ...] = ("all-linear",)
-    merge: bool = False
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank (0: full fine-tuning)."})
+    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA α (default 2·r)."})
+    lora_targets: tuple[str, ...] = field(
+        default=("all-linear",), metadata={"help": "Comma-separated module names, or all-linear."}
+    )
+    merge: bool = field(
+        default=False, metadata={"help": "LoRA: save merged full weights in OUT_DIR (adapter in OUT_DIR/adapter)."}
+    )
     # machine
-    dtype: str = "auto"
-    device: str = "auto"
-    gradient_checkpointing: bool = False
+    dtype: str = field(
+        default="auto", metadata={"help": "auto | bf16 | fp32 (auto: bf16 autocast on CUDA, fp32 elsewhere)."}
+    )
+    device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N."})
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in backward (less memory)."}
+    )
     # checkpoints
-    save_every: int = 100
-    keep_checkpoints: int = 2
+    save_every: int = field(default=100, metadata={"help": "Checkpoint every N optimiser steps (0: never)."})
+    keep_checkpoints: int = field(default=2, metadata={"help": "Checkpoints kept in OUT_DIR/checkpoints."})
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, use: str) -> None:
-            raise ValueError(f"{name} = {value!r} is not valid; use {use}")
+            raise ConfigError(name, f"{name} = {value!r} is not valid; use {use}")
 
         def finite(x: float | None) -> bool:
             return x is not None and math.isfinite(x)
@@ -88,7 +128,11 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 bad(name, getattr(self, name), " | ".join(allowed))
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            bad("device", self.device, " | ".join(TRAIN_DEVICES) + " (under accelerate launch / torchrun each process gets its GPU)")
+            bad(
+                "device",
+                self.device,
+                " | ".join(TRAIN_DEVICES) + " (under accelerate launch / torchrun each process gets its GPU)",
+            )
         if not (finite(self.lr) and self.lr > 0):
             bad("lr", self.lr, "a peak learning rate > 0, e.g. 1e-5 (full fine-tuning) or 1e-4 (LoRA)")
         if not (finite(self.clip_low) and 0.0 <= self.clip_low < 1.0):
@@ -155,6 +199,8 @@ class TrainConfig:
             return advantage != 0
         if self.loss == "filtered-bc":
             return advantage > self.bc_threshold
+        import numpy as np
+
         return np.ones(len(advantage), dtype=bool)
 
     def as_metadata(self) -> dict:

@@ -1,0 +1,150 @@
+"""Command-line options made from a config dataclass, so that each option is written once.
+
+A field of a command's config becomes an option when its metadata has a `help` text:
+
+    beta: float = field(default=0.1, metadata={"help": "β: how strongly NLL moves λ ..."})
+
+gives `--beta FLOAT` with that help and default. The rest follows from the field:
+
+- the flag is the field's name with dashes (`step_weight` -> `--step-weight`); metadata
+  `short` adds a one-letter alias (`-m`), `metavar` names the value in the help;
+- a field without a default is a required option;
+- a bool that defaults to True is `--name/--no-name`, one that defaults to False is `--name`;
+- a `tuple[str, ...]` is given as a comma-separated list (`--compare grpo,gaca`);
+- int and float values that do not parse are usage errors that quote the value.
+
+Validation stays in the config's `__post_init__`, which raises `ConfigError(field, message)`;
+`ConfigOptions.build` turns it into a usage error (exit status 2) naming the field's flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, Generic, TypeVar
+
+import typer
+
+from gaca_cli.advantages.config import ConfigError
+
+T = TypeVar("T")
+
+
+def option_fields(config_class: type) -> list[dataclasses.Field]:
+    """The fields of `config_class` that are command-line options (those with a help text)."""
+    return [f for f in dataclasses.fields(config_class) if "help" in f.metadata]
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    return "--" + field.name.replace("_", "-")
+
+
+def split_list(text: str | None) -> tuple[str, ...]:
+    """`a, b,c` -> ("a", "b", "c"); blanks dropped."""
+    return tuple(part.strip() for part in (text or "").split(",") if part.strip())
+
+
+def _number_parser(kind: type, default: object) -> Callable[[Any], Any]:
+    noun = "an integer" if kind is int else "a number"
+    example = f"e.g. {default}" if isinstance(default, (int, float)) and not isinstance(default, bool) else "e.g. 1"
+
+    def parse(text: Any) -> Any:
+        if isinstance(text, kind):
+            return text
+        try:
+            return kind(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not {noun}; use {noun}, {example}") from None
+
+    return parse
+
+
+def _is_str_tuple(hint: Any) -> bool:
+    return typing.get_origin(hint) is tuple and typing.get_args(hint) == (str, ...)
+
+
+def _number_kind(hint: Any) -> type | None:
+    """int or float for `int`, `float`, `int | None`, `float | None`; else None."""
+    kinds = {a for a in typing.get_args(hint) if a is not type(None)} if typing.get_args(hint) else {hint}
+    if len(kinds) == 1 and (kind := next(iter(kinds))) in (int, float):
+        return kind
+    return None
+
+
+def _parameter(field: dataclasses.Field, hint: Any) -> inspect.Parameter:
+    """The typer parameter of one config field."""
+    meta = field.metadata
+    flag = flag_of(field)
+    default = ... if field.default is dataclasses.MISSING else field.default
+    extra: dict[str, Any] = {}
+    if hint is bool:
+        decls = [f"{flag}/--no-{flag[2:]}" if default is True else flag]
+    else:
+        decls = [flag]
+    if _is_str_tuple(hint):
+        hint = str | None
+        if default is not ...:
+            default = ",".join(default) or None
+    elif (kind := _number_kind(hint)) is not None:
+        extra["parser"] = _number_parser(kind, default)
+    if "short" in meta:
+        decls.insert(0, meta["short"])
+    option = typer.Option(*decls, help=meta["help"], metavar=meta.get("metavar"), **extra)
+    return inspect.Parameter(
+        field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, option]
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigOptions(Generic[T]):
+    """The values given for a config's options; `build()` makes the validated config."""
+
+    config_class: type[T]
+    values: dict[str, Any]
+
+    def build(self, **more: Any) -> T:
+        """The config from the options (and `more`, fields the command supplies itself). An
+        invalid value is a usage error (exit status 2) that names the option."""
+        try:
+            return self.config_class(**self.values, **more)
+        except ConfigError as exc:
+            flags = {f.name: f"'{flag_of(f)}'" for f in option_fields(self.config_class)}
+            raise typer.BadParameter(str(exc), param_hint=flags.get(exc.field)) from None
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+
+def config_options(config_class: type[T]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator (below `@app.command()`): one option per option field of `config_class`,
+    placed where the command declares its `options` parameter; the command receives them as
+    a `ConfigOptions` and calls `options.build()`."""
+    fields = option_fields(config_class)
+    hints = typing.get_type_hints(config_class)
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        own = inspect.signature(command, eval_str=True).parameters
+        if "options" not in own:
+            raise TypeError(f"{command.__name__} needs an `options` parameter for the {config_class.__name__} options")
+        params: list[inspect.Parameter] = []
+        for name, param in own.items():
+            if name == "options":
+                params.extend(_parameter(f, hints[f.name]) for f in fields)
+            else:
+                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+        @functools.wraps(command)
+        def run(**given: Any) -> Any:
+            values = {f.name: given.pop(f.name) for f in fields}
+            for f in fields:
+                if _is_str_tuple(hints[f.name]):
+                    values[f.name] = split_list(values[f.name])
+            return command(options=ConfigOptions(config_class, values), **given)
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return decorate

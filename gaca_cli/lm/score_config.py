@@ -1,0 +1,98 @@
+"""The options of `gaca score`: one frozen dataclass, with each option's default, help and validation.
+
+Kept apart from `gaca_cli.lm.scoring` (numpy, the scoring loop, torch on use) so that the
+command line reads these options without importing any of that (`gaca --help` stays fast).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gaca_cli.advantages.config import ConfigError
+
+CONTEXT_SOURCES = ("auto", "tokens", "prompt", "messages")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Every option of `gaca score`, validated; defaults live here and nowhere else."""
+
+    model: str = field(
+        metadata={"help": "A local model directory or a hub id (HF_HUB_OFFLINE honoured).", "short": "-M"}
+    )
+    revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit)."})
+    dtype: str = field(
+        default="auto", metadata={"help": "auto | bf16 | fp16 | fp32 (auto: bf16 on CUDA, fp32 elsewhere)."}
+    )
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N | mps."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Run the model repository's own Python code."})
+    temperature: float = field(
+        default=1.0,
+        metadata={"help": "Divide logits by T (the behavior policy's sampling temperature).", "short": "-T"},
+    )
+    token_logprobs: bool = field(default=False, metadata={"help": "Also write token_logprobs (list<float32>)."})
+    context: str = field(
+        default="auto",
+        metadata={
+            "help": f"Context from: {' | '.join(CONTEXT_SOURCES)} (auto: token ids, else prompt, else messages)."
+        },
+    )
+    add_special_tokens: bool = field(
+        default=False, metadata={"help": "Let the tokenizer add its special tokens (BOS) to a `prompt` text."}
+    )
+    strict_prefix: bool = field(
+        default=False,
+        metadata={"help": "Stop with an error where the context's tokens are not a prefix of context + action's."},
+    )
+    pack: bool = field(
+        default=True, metadata={"help": "One forward per append-only trajectory (no effect on the numbers)."}
+    )
+    max_batch_tokens: int = field(
+        default=16384, metadata={"help": "Padded tokens per forward (halved on out-of-memory)."}
+    )
+    chunk_rows: int = field(
+        default=4096, metadata={"help": "Rows per resumable chunk in the work directory OUT.parts/."}
+    )
+    resume: bool = field(default=False, metadata={"help": "Continue an interrupted run from the chunks in OUT.parts/."})
+
+    def __post_init__(self) -> None:
+        from gaca_cli.lm.models import check_device_name, check_dtype_name
+
+        def bad(name: str, use: str) -> None:
+            raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use {use}")
+
+        if not self.model:
+            bad("model", "a local model directory or a hub id, e.g. --model ./my-model")
+        for name, check, allowed in (
+            ("dtype", check_dtype_name, "auto | bf16 | fp16 | fp32"),
+            ("device", check_device_name, "auto | cpu | cuda | cuda:N | mps"),
+        ):
+            try:
+                check(getattr(self, name))
+            except ValueError:
+                bad(name, allowed)
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            bad("temperature", "a finite T > 0 (1: the model as is)")
+        if self.context not in CONTEXT_SOURCES:
+            bad("context", " | ".join(CONTEXT_SOURCES))
+        if self.max_batch_tokens < 1:
+            bad("max_batch_tokens", "an integer ≥ 1, e.g. 16384")
+        if self.chunk_rows < 1:
+            bad("chunk_rows", "an integer ≥ 1, e.g. 4096")
+
+    def plan_fingerprint(self) -> dict:
+        """The options that decide the numbers and the chunk layout (checked by --resume)."""
+        keep = (
+            "model",
+            "revision",
+            "dtype",
+            "temperature",
+            "token_logprobs",
+            "context",
+            "add_special_tokens",
+            "strict_prefix",
+            "pack",
+            "chunk_rows",
+        )
+        return {k: getattr(self, k) for k in keep}
