@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,6 +35,8 @@ def demo(
     """
     config = options.build(out=out or Path("."))  # validated before a directory is made
     if out is None:
+        import tempfile
+
         config = replace(config, out=Path(tempfile.mkdtemp(prefix="gaca-demo-")))
     from gaca_cli.cli.progress import ProgressBar
     from gaca_cli.demo.run import run_demo

@@ -52,9 +52,7 @@ def test_command_help(name):
 
 
 def test_python_m_help():
-    proc = subprocess.run(
-        [sys.executable, "-m", "gaca_cli", "--help"], capture_output=True, text=True, timeout=120
-    )
+    proc = subprocess.run([sys.executable, "-m", "gaca_cli", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "advantages" in proc.stdout
 
@@ -94,7 +92,9 @@ def test_advantages_json(tmp_path, example_log):
 
 
 def test_advantages_json_grpo_has_no_lambda(tmp_path, example_log):
-    res = runner.invoke(app, ["advantages", str(example_log), "--method", "grpo", "-o", str(tmp_path / "a.parquet"), "--json"])
+    res = runner.invoke(
+        app, ["advantages", str(example_log), "--method", "grpo", "-o", str(tmp_path / "a.parquet"), "--json"]
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["step_signal_share"] == 0.0
@@ -119,29 +119,7 @@ def test_validate_json(example_log):
 
 # --------------------------------------------------------------------------- usage errors
 
-USAGE_ERRORS = [
-    (["--method", "foo"], ["method"]),
-    (["--beta", "-1"], ["beta"]),
-    (["--lambda-min", "0.9", "--lambda-max", "0.1"], ["lambda-min", "lambda_min"]),
-    (["--anchor-similarity", "1.5"], ["anchor-similarity", "anchor_similarity"]),
-    (["--gamma", "2"], ["gamma"]),
-    (["--norm", "l2"], ["norm"]),
-    (["--nll-scope", "episode"], ["nll-scope", "nll_scope"]),
-    (["--nll-reduce", "max"], ["nll-reduce", "nll_reduce"]),
-    (["--episode-stats", "all"], ["episode-stats", "episode_stats"]),
-    (["--step-weight", "-0.5"], ["step-weight", "step_weight"]),
-]
-
-
-@pytest.mark.parametrize("args,names", USAGE_ERRORS, ids=[a[0] for a, _ in USAGE_ERRORS])
-def test_usage_errors_exit_2(tmp_path, example_log, args, names):
-    out = tmp_path / "adv.parquet"
-    res = runner.invoke(app, ["advantages", str(example_log), *args, "-o", str(out)])
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    assert any(n in res.stderr for n in names), res.stderr
-    assert args[1] in res.stderr  # the bad value is quoted back
-    assert not out.exists()
+# Every option's invalid values (flag named, value quoted, exit 2): tests/cli/test_options.py.
 
 
 def test_usage_error_unknown_option(tmp_path, example_log):

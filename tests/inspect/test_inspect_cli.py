@@ -15,10 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gaca_cli.log import columns as C
 from gaca_cli.cli import app
 from gaca_cli.errors import GacaError
-from gaca_cli.inspect.data import InspectConfig, load_annotated, plot_data
+from gaca_cli.inspect.config import InspectConfig
+from gaca_cli.inspect.data import load_annotated, plot_data
+from gaca_cli.log import columns as C
 from tests.conftest import EXAMPLE_LOG, ROOT
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,59 @@
+"""Start-up: `gaca --help` and every `gaca COMMAND --help` build all the options from the config
+dataclasses without loading numpy, rich or any data library (checked in a fresh interpreter, as a
+user's shell starts it). Their cost is paid only by commands that use them.
+
+(typer itself loads pydantic as soon as it parses a command's options, --help included: it
+coerces parameter values with pydantic; that cost is typer's, the same for every command.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+HEAVY = ("numpy", "pyarrow", "polars", "pandas", "numba", "torch", "transformers", "rich", "pydantic")
+TYPER_OWN = {"pydantic"}
+
+_PROBE = r"""
+import json, sys
+from gaca_cli.cli import app
+argv = json.loads(sys.argv[1])
+try:
+    app(args=argv, prog_name="gaca")
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "loaded": sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[2])))}))
+"""
+
+
+def run_probe(*argv: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(argv)), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_help_loads_no_heavy_library():
+    result = run_probe("--help")
+    assert result == {"code": 0, "loaded": []}
+
+
+def test_each_command_help_loads_no_heavy_library():
+    for command in ("validate", "advantages", "score", "train-offline", "inspect", "demo"):
+        result = run_probe(command, "--help")
+        assert result["code"] == 0 and set(result["loaded"]) <= TYPER_OWN, (command, result)
+
+
+def test_a_usage_error_is_found_before_any_data_library_loads():
+    """A bad option value is refused from the config alone: no numpy, pyarrow or torch yet."""
+    result = run_probe("train-offline", "missing.parquet", "--model", "m", "-o", "out", "--lr", "-1")
+    assert result["code"] == 2
+    assert not set(result["loaded"]) & {"numpy", "pyarrow", "polars", "torch"}
