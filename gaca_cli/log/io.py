@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import glob
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
@@ -63,13 +66,16 @@ class Log:
     def read_column(self, column: str) -> pa.ChunkedArray:
         """One column of the log, in row order, read on its own (nulls for files without it)."""
         name = self.original_name(column)
+        want = self.file_schema.field(column).type
         chunks = []
         for path in self.files:
             schema = pq.read_schema(path)
             if name in schema.names:
                 chunks += pq.read_table(path, columns=[name]).column(0).chunks
             else:
-                chunks.append(pa.nulls(pq.read_metadata(path).num_rows, self.file_schema.field(column).type))
+                chunks.append(pa.nulls(pq.read_metadata(path).num_rows, want))
+        if len({chunk.type for chunk in chunks}) > 1:  # files differing in text width: the unified type
+            chunks = [chunk.cast(want) for chunk in chunks]
         return pa.chunked_array(chunks, type=chunks[0].type if chunks else None)
 
     def with_columns(self, columns: Sequence[str], via_polars: Sequence[str] = ()) -> Log:
@@ -144,22 +150,29 @@ def _read_file(
     """One Parquet file, or the given columns of it (missing ones are skipped).
 
     Text columns named in `dictionary` come back dictionary-encoded: pyarrow keeps the file's
-    own dictionary pages, so no string is copied (ids with few distinct values). Text columns
-    named in `via_polars` are decoded by polars' reader (faster on long text) and come back
-    as string views, which polars code reads without a copy; pyarrow has few kernels for
-    them, so only code that expects them should ask for this."""
+    own dictionary pages, so no string is copied (ids with few distinct values); a column
+    stored with DELTA_LENGTH_BYTE_ARRAY or DELTA_BYTE_ARRAY pages, which pyarrow cannot read
+    into a dictionary, is read plain and dictionary-encoded after. Text columns named in
+    `via_polars` are decoded by polars' reader (faster on long text) and come back as string
+    views, which polars code reads without a copy; pyarrow has few kernels for them, so only
+    code that expects them should ask for this."""
     try:
         if columns is None and not dictionary and not via_polars:
             return pq.read_table(path)
         schema = pq.read_schema(path)
         names = schema.names if columns is None else [c for c in schema.names if c in set(columns)]
         dict_cols = [c for c in dictionary if c in names and _is_plain_text(schema.field(c).type)]
+        encode_after = _delta_encoded(path, dict_cols)
         pl_cols = [c for c in via_polars if c in names and c not in dict_cols and _is_plain_text(schema.field(c).type)]
         if pl_cols and not all(_polars_reads(field.type) for field in schema):
             pl_cols = []  # polars parses every column's type, and panics on some it lacks
-        table = pq.read_table(path, columns=[c for c in names if c not in pl_cols], read_dictionary=dict_cols or None)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        read_dictionary = [c for c in dict_cols if c not in encode_after] or None
+        table = pq.read_table(path, columns=[c for c in names if c not in pl_cols], read_dictionary=read_dictionary)
+    except (pa.ArrowInvalid, pa.ArrowIOError, pa.ArrowNotImplementedError, OSError) as exc:
         raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
+    for name in encode_after:
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, pc.dictionary_encode(table.column(i)))
     if pl_cols:
         views = _read_with_polars(path, pl_cols)
         if views is None:  # a file polars cannot read: pyarrow reads it (or names the problem)
@@ -171,6 +184,27 @@ def _read_file(
             table = table.append_column(name, views.column(name))
         table = table.select(names)
     return table
+
+
+_DELTA_TEXT_ENCODINGS = {"DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY"}
+
+
+def _delta_encoded(path: str, names: Sequence[str]) -> list[str]:
+    """Those of the top-level columns `names` that have a chunk with DELTA_LENGTH_BYTE_ARRAY or
+    DELTA_BYTE_ARRAY pages (from the footer: no data is read)."""
+    if not names:
+        return []
+    meta = pq.read_metadata(path)
+    leaf_of = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    found = []
+    for name in names:
+        j = leaf_of.get(name)
+        if j is not None and any(
+            _DELTA_TEXT_ENCODINGS.intersection(meta.row_group(g).column(j).encodings)
+            for g in range(meta.num_row_groups)
+        ):
+            found.append(name)
+    return found
 
 
 def _polars_reads(t: pa.DataType) -> bool:
@@ -190,10 +224,22 @@ def _polars_reads(t: pa.DataType) -> bool:
     return any(
         check(t)
         for check in (
-            pa.types.is_null, pa.types.is_boolean, pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
-            pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view, pa.types.is_binary,
-            pa.types.is_large_binary, pa.types.is_binary_view, pa.types.is_fixed_size_binary, pa.types.is_date,
-            pa.types.is_timestamp, pa.types.is_time, pa.types.is_duration,
+            pa.types.is_null,
+            pa.types.is_boolean,
+            pa.types.is_integer,
+            pa.types.is_floating,
+            pa.types.is_decimal,
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_string_view,
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+            pa.types.is_binary_view,
+            pa.types.is_fixed_size_binary,
+            pa.types.is_date,
+            pa.types.is_timestamp,
+            pa.types.is_time,
+            pa.types.is_duration,
         )
     )
 
@@ -215,16 +261,27 @@ def _read_with_polars(path: str, columns: Sequence[str]) -> pa.Table | None:
 
 def _dataset(path: str) -> ds.Dataset:
     """A directory of Parquet files (hive partitions allowed) whose schema is every file's
-    columns together (pyarrow would take the first file's alone) plus the partition keys."""
+    columns together (pyarrow would take the first file's alone), text widths unified
+    (`_text_width_types`), then the partition keys the files do not hold. A key the files
+    also hold as a column (polars' `write_parquet(partition_by=...)` keeps it) takes the
+    files' type, and its values are read from the files."""
     try:
-        dataset = ds.dataset(path, format="parquet", partitioning="hive", exclude_invalid_files=False)
-        schemas = [dataset.schema] + [frag.physical_schema for frag in dataset.get_fragments()]
+        options = ds.FileSystemFactoryOptions(
+            partition_base_dir=os.path.abspath(path), exclude_invalid_files=False, selector_ignore_prefixes=[".", "_"]
+        )
+        options.partitioning_factory = ds.HivePartitioning.discover()
+        selector = pafs.FileSelector(os.path.abspath(path), recursive=True)
+        factory = ds.FileSystemDatasetFactory(pafs.LocalFileSystem(), selector, ds.ParquetFileFormat(), options)
+        keys = factory.inspect_schemas()[-1]  # the first file's schema, then the partition keys'
+        files = factory.finish(keys)  # no schema merged yet: each file's is read below
+        schemas = [frag.physical_schema.remove_metadata() for frag in files.get_fragments()]
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
     try:
-        schema = pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="default")
+        schema = pa.unify_schemas(_with_text_widths(schemas) or [pa.schema([])], promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=path) from None
+    schema = pa.schema(list(schema) + [key for key in keys if key.name not in schema.names])
     return ds.dataset(path, schema=schema, format="parquet", partitioning="hive", exclude_invalid_files=False)
 
 
@@ -241,12 +298,77 @@ def _read_directory(path: str, columns: Sequence[str] | None) -> list[tuple[str,
 
 
 def _concat(tables: list[pa.Table], source: str) -> pa.Table:
-    """The files' tables one after the other, columns a file lacks as nulls; a type clash is
-    one GacaError naming `source`."""
+    """The files' tables one after the other, columns a file lacks as nulls, text widths
+    unified (`_text_width_types`); any other type clash is one GacaError naming `source`."""
+    targets = _text_width_types([t.schema for t in tables])
+    if targets:
+        tables = [_cast_columns(t, targets) for t in tables]
     try:
         return pa.concat_tables(tables, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=source) from None
+
+
+def _widened(t: pa.DataType) -> pa.DataType:
+    """`t` with its text, binary and list types at their widest (string and string_view ->
+    large_string, binary and binary_view -> large_binary, list -> large_list), also inside
+    lists, structs, maps and dictionaries."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.large_binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_widened(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_widened(t.value_type)), t.list_size)
+    if pa.types.is_map(t):
+        key, item = t.key_field, t.item_field
+        return pa.map_(key.with_type(_widened(key.type)), item.with_type(_widened(item.type)), t.keys_sorted)
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_widened(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_dictionary(t):
+        return pa.dictionary(t.index_type, _widened(t.value_type), t.ordered)
+    return t
+
+
+def _text_width_types(schemas: Sequence[pa.Schema]) -> dict[str, pa.DataType]:
+    """For each column whose type differs between `schemas` only in the width of its text,
+    binary or list offsets (string in a file from pyarrow, large_string in one from polars),
+    the type every file's column is read as: the wide one, as polars, duckdb and pyarrow's
+    permissive promotion unify them. Null-typed columns are left to the default promotion;
+    any other difference is not unified (the caller reports it)."""
+    seen: dict[str, set[pa.DataType]] = {}
+    for schema in schemas:
+        for f in schema:
+            if not pa.types.is_null(f.type):
+                seen.setdefault(f.name, set()).add(f.type)
+    targets = {}
+    for name, types in seen.items():
+        wide = {_widened(t) for t in types}
+        if len(types) > 1 and len(wide) == 1:
+            targets[name] = wide.pop()
+    return targets
+
+
+def _with_text_widths(schemas: list[pa.Schema]) -> list[pa.Schema]:
+    """`schemas` with the columns `_text_width_types` unifies given their wide type."""
+    targets = _text_width_types(schemas)
+    out = []
+    for schema in schemas:
+        for i, f in enumerate(schema):
+            if f.name in targets and not pa.types.is_null(f.type):
+                schema = schema.set(i, f.with_type(targets[f.name]))
+        out.append(schema)
+    return out
+
+
+def _cast_columns(table: pa.Table, targets: Mapping[str, pa.DataType]) -> pa.Table:
+    """`table` with the columns named in `targets` cast to their type (null columns left alone)."""
+    for i, f in enumerate(table.schema):
+        want = targets.get(f.name)
+        if want is not None and f.type != want and not pa.types.is_null(f.type):
+            table = table.set_column(i, f.with_type(want), table.column(i).cast(want))
+    return table
 
 
 def _first_line(exc: BaseException) -> str:
@@ -263,6 +385,30 @@ def read_metadata(path: str) -> dict[str, str]:
         if key.startswith("gaca."):
             out[key] = v.decode("utf-8", "replace")
     return out
+
+
+def read_key_value_metadata(path: str) -> dict[str, str]:
+    """Every key/value metadata entry of one Parquet file but its ARROW:schema (pandas' index
+    description, a writer's own notes, gaca.*), in the file's order. Bytes that are not UTF-8
+    are kept as surrogate escapes, so that `write_parquet_atomic` writes them back unchanged."""
+    meta = pq.read_metadata(path).metadata or {}
+    return {
+        k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
+        for k, v in meta.items()
+        if k != b"ARROW:schema"
+    }
+
+
+def stored_arrow_schema(path: str) -> pa.Schema | None:
+    """The Arrow schema the file's writer stored (its ARROW:schema entry, a base64 Arrow IPC
+    message), or None when it has none or it cannot be read."""
+    value = (pq.read_metadata(path).metadata or {}).get(b"ARROW:schema")
+    if not value:
+        return None
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(value)))
+    except (pa.ArrowException, ValueError):
+        return None
 
 
 def read_log(
@@ -288,6 +434,7 @@ def read_log(
     inputs = expand_inputs(paths)
     full_schema = None if columns is None else _file_schema(inputs)  # every column, from the footers
     if callable(columns):
+        assert full_schema is not None
         columns = columns(_mapped_names(full_schema.names, column_map))
     file_columns = None if columns is None else in_file(columns)
     parts: list[tuple[str, pa.Table]] = []
@@ -337,7 +484,7 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
                 raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
         schemas.append(schema.remove_metadata())
     try:
-        return pa.unify_schemas(schemas, promote_options="default")
+        return pa.unify_schemas(_with_text_widths(schemas), promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=inputs[0][0]) from None
 
@@ -416,15 +563,20 @@ def write_parquet_atomic(
     out: str | os.PathLike,
     metadata: Mapping[str, str],
     dictionary_columns: Sequence[str] = (),
+    *,
+    int96_timestamps: bool = False,
 ) -> None:
     """Write `table` to `out` through a temporary file in the same directory and a rename, so
     that `out` either keeps its old content or holds the complete new file.
 
     Dictionary encoding is used only for `dictionary_columns` and columns that are already
     dictionary-typed: on high-cardinality text (prompts, observations) it costs most of the
-    write time and saves nothing."""
+    write time and saves nothing. `int96_timestamps` stores timestamps as INT96 (as an input
+    that had them did)."""
     meta = dict(table.schema.metadata or {})
-    meta.update({k.encode(): v.encode() for k, v in metadata.items()})
+    meta.update(
+        {k.encode("utf-8", "surrogateescape"): v.encode("utf-8", "surrogateescape") for k, v in metadata.items()}
+    )
     table = table.replace_schema_metadata(meta)
     dictionary = [
         name
@@ -439,6 +591,7 @@ def write_parquet_atomic(
             tmp,
             compression="zstd",
             use_dictionary=dictionary or False,
+            use_deprecated_int96_timestamps=int96_timestamps,
         )
 
 

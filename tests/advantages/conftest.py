@@ -4,6 +4,7 @@ the command or the library, and exact comparisons of files and columns."""
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import numpy as np
@@ -15,12 +16,12 @@ from typer.testing import CliRunner
 
 import gaca_cli.advantages.writing as advantages_module
 import gaca_cli.log._splice as parquet_splice
-from gaca_cli.log import columns as C
-from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.advantages.reading import read_for_advantages
+from gaca_cli.advantages.run import compute_advantages
 from gaca_cli.advantages.writing import write_annotated
 from gaca_cli.cli import app
-from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.log import columns as C
 from gaca_cli.log.io import read_metadata
 
 runner = CliRunner()
@@ -77,6 +78,20 @@ def refuse_splice(monkeypatch) -> None:
     monkeypatch.setattr(parquet_splice, "splice_columns", refuse)
 
 
+def record_fallbacks(monkeypatch) -> list[str]:
+    """The messages of the SpliceFallbackWarnings `write_annotated` emits, recorded where it
+    calls `warnings.warn` (pytest.warns can miss them: the kernel warm-up thread's own
+    catch_warnings may restore another test's warning hooks while it runs)."""
+    messages: list[str] = []
+
+    def warn(message, category=None, stacklevel=1, **kwargs):
+        assert isinstance(message, advantages_module.SpliceFallbackWarning), message
+        messages.append(str(message))
+
+    monkeypatch.setattr(advantages_module, "warnings", types.SimpleNamespace(warn=warn))
+    return messages
+
+
 def library_run(paths, method: str, out: Path, column_map=None, **params) -> str:
     """read_for_advantages -> compute_advantages -> write_annotated; returns the path taken."""
     config = AdvantagesConfig(method=method, **params)
@@ -130,10 +145,23 @@ def rich_table(seed: int = 0) -> pa.Table:
     group whose rollouts start from different anchors, an `nll_mean` with one null (what gaca
     uses). Rows in canonical order."""
     rng = np.random.default_rng(seed)
-    rows: dict[str, list] = {k: [] for k in (
-        "group_id", "traj_id", "step_idx", "prompt", "action", "anchor_obs", "reward", "done",
-        "behavior_logprobs", "nll_mean", "info", "tag",
-    )}
+    rows: dict[str, list] = {
+        k: []
+        for k in (
+            "group_id",
+            "traj_id",
+            "step_idx",
+            "prompt",
+            "action",
+            "anchor_obs",
+            "reward",
+            "done",
+            "behavior_logprobs",
+            "nll_mean",
+            "info",
+            "tag",
+        )
+    }
     for g in range(4):
         for r in range(3):
             n_steps = int(rng.integers(2, 5))
@@ -199,5 +227,3 @@ def rich_log(tmp_path) -> Path:
     path = tmp_path / "rich.parquet"
     pq.write_table(shuffled(rich_table(), seed=1), path, row_group_size=14)
     return path
-
-

@@ -14,6 +14,9 @@ tests/log/test_parquet_splice.py.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,17 +25,33 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gaca_cli.log import columns as C
-from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.advantages.reading import read_for_advantages
-from gaca_cli.errors import GacaError
 from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.advantages.reading import read_for_advantages
+from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.advantages.writing import NO_SPLICE_ENV
+from gaca_cli.errors import GacaError
+from gaca_cli.log import columns as C
 from gaca_cli.log.io import read_log, read_metadata
+from tests.advantages.conftest import (
+    METHOD_COLUMNS,
+    METHODS,
+    assert_outputs_bit_identical,
+    assert_same_file_content,
+    error_lines,
+    invoke,
+    kv_metadata,
+    library_run,
+    outputs_of,
+    record_fallbacks,
+    refuse_splice,
+    renamed,
+    rich_table,
+    run_ok,
+    shuffled,
+)
 
 runner = CliRunner()
-from tests.advantages.conftest import (
-    invoke, run_ok, error_lines, refuse_splice, library_run, kv_metadata, assert_same_file_content, assert_outputs_bit_identical, rich_table, renamed, shuffled, outputs_of, METHODS, METHOD_COLUMNS,
-)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- 1. splice == rewrite
@@ -41,10 +60,16 @@ from tests.advantages.conftest import (
 @pytest.mark.parametrize("method", METHODS)
 def test_spliced_and_rewritten_outputs_are_the_same(tmp_path, rich_log, monkeypatch, method):
     spliced, rewritten = tmp_path / "spliced.parquet", tmp_path / "rewritten.parquet"
+    fallbacks = record_fallbacks(monkeypatch)
     assert library_run([rich_log], method, spliced) == "spliced"
+    assert fallbacks == []
     refuse_splice(monkeypatch)
     assert library_run([rich_log], method, rewritten) == "rewritten"
+    assert fallbacks == [
+        "could not splice the output (refused by the test); writing it with pyarrow instead (same content, slower)"
+    ]
     assert_same_file_content(spliced, rewritten)
+    assert kv_metadata(spliced)[b"user.note"] == b"kept?"  # every key/value entry of the input kept
     assert pq.read_schema(spliced).field("reward").metadata == {b"unit": b"points"}  # field metadata kept
     assert json.loads(read_metadata(str(spliced))[C.META_ADVANTAGES])["method"] == method
     assert read_metadata(str(spliced))[C.META_SCORE] == json.dumps({"model": "tiny"})
@@ -52,10 +77,46 @@ def test_spliced_and_rewritten_outputs_are_the_same(tmp_path, rich_log, monkeypa
 
 def test_spliced_and_rewritten_outputs_are_the_same_on_the_example_log(tmp_path, example_log, monkeypatch):
     spliced, rewritten = tmp_path / "spliced.parquet", tmp_path / "rewritten.parquet"
+    fallbacks = record_fallbacks(monkeypatch)
     assert library_run([example_log], "gaca", spliced) == "spliced"
     refuse_splice(monkeypatch)
     assert library_run([example_log], "gaca", rewritten) == "rewritten"
+    assert len(fallbacks) == 1
     assert_same_file_content(spliced, rewritten)
+
+
+@pytest.mark.parametrize(
+    ("value", "want"), [("1", "rewritten"), ("yes", "rewritten"), ("0", "spliced"), ("", "spliced")]
+)
+def test_no_splice_switch_forces_the_pyarrow_write(tmp_path, rich_log, monkeypatch, value, want):
+    """GACA_NO_SPLICE set to anything but "" or "0" writes with pyarrow, without a warning
+    (the user asked for it); the content is the spliced output's."""
+    fallbacks = record_fallbacks(monkeypatch)
+    reference, out = tmp_path / "reference.parquet", tmp_path / "out.parquet"
+    assert library_run([rich_log], "gaca", reference) == "spliced"
+    monkeypatch.setenv(NO_SPLICE_ENV, value)
+    assert library_run([rich_log], "gaca", out) == want
+    assert fallbacks == []
+    assert_same_file_content(out, reference)
+
+
+def test_a_refused_splice_warns_on_stderr(tmp_path, example_table):
+    """In a process of its own (Python's default warning filters), the fallback is one
+    warning on stderr that names the files and the reason; the output is written."""
+    a, b = split_by_group(example_table, 2)
+    paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    pq.write_table(a, paths[0])
+    pq.write_table(b.select(list(reversed(b.column_names))), paths[1])  # another column order: refused
+    out = tmp_path / "out.parquet"
+    script = "import sys; from tests.advantages.conftest import library_run; print(library_run(sys.argv[1:3], 'grpo', sys.argv[3]))"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *map(str, paths), str(out)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "rewritten"
+    assert proc.stderr.count("SpliceFallbackWarning: could not splice the output (") == 1, proc.stderr
+    assert f"{paths[0]} and {paths[1]}: Parquet schema, version or created_by differ" in proc.stderr
+    assert pq.read_table(out).num_rows == example_table.num_rows
 
 
 # --------------------------------------------------------------------------- 2. every input column kept
@@ -135,9 +196,11 @@ def test_map_through_the_rewrite_path_too(tmp_path, rich_log, monkeypatch):
     pq.write_table(renamed(table, {C.GROUP_ID: "uid"}), mapped)
     spliced, rewritten = tmp_path / "spliced.parquet", tmp_path / "rewritten.parquet"
     cmap = {C.GROUP_ID: "uid"}
+    fallbacks = record_fallbacks(monkeypatch)
     assert library_run([mapped], "gaca", spliced, cmap) == "spliced"
     refuse_splice(monkeypatch)
     assert library_run([mapped], "gaca", rewritten, cmap) == "rewritten"
+    assert len(fallbacks) == 1
     assert_same_file_content(spliced, rewritten)
     assert "uid" in pq.read_schema(spliced).names
 
@@ -168,7 +231,8 @@ def test_several_files_with_one_schema_are_spliced(tmp_path, example_log, exampl
     assert_outputs_bit_identical(result, pq.read_table(reference), outputs_of("gaca"))
 
 
-def test_files_with_an_extra_column_are_rewritten(tmp_path, example_log, example_table, write_paths):
+def test_files_with_an_extra_column_are_rewritten(tmp_path, example_log, example_table, write_paths, monkeypatch):
+    fallbacks = record_fallbacks(monkeypatch)
     a, b = split_by_group(example_table, 2)
     b = b.append_column("note", pa.array([f"n{i}" for i in range(b.num_rows)]))
     pq.write_table(a, tmp_path / "a.parquet")
@@ -177,6 +241,11 @@ def test_files_with_an_extra_column_are_rewritten(tmp_path, example_log, example
     run_ok("advantages", tmp_path / "a.parquet", tmp_path / "b.parquet", "--method", "gigpo", "-o", out)
     run_ok("advantages", example_log, "--method", "gigpo", "-o", reference)
     assert write_paths == ["rewritten", "spliced"]
+    assert (
+        len(fallbacks) == 1
+        and "a.parquet and " in fallbacks[0]
+        and "schema, version or created_by differ" in fallbacks[0]
+    )
     result = pq.read_table(out)
     assert result["note"].to_pylist() == [None] * a.num_rows + b["note"].to_pylist()
     assert result.select(example_table.column_names).equals(pa.concat_tables([a, b.drop_columns(["note"])]))
@@ -201,9 +270,12 @@ def test_files_with_int_and_float_rewards_are_a_clean_error(tmp_path, example_ta
     assert write_paths == []
 
 
-def test_files_with_different_column_order_are_rewritten(tmp_path, example_log, example_table, write_paths):
+def test_files_with_different_column_order_are_rewritten(
+    tmp_path, example_log, example_table, write_paths, monkeypatch
+):
     """Same columns and types, another order in the second file: splice refuses, the rewrite
     takes the first file's order."""
+    fallbacks = record_fallbacks(monkeypatch)
     a, b = split_by_group(example_table, 2)
     b = b.select(list(reversed(b.column_names)))
     pq.write_table(a, tmp_path / "a.parquet")
@@ -212,6 +284,7 @@ def test_files_with_different_column_order_are_rewritten(tmp_path, example_log, 
     run_ok("advantages", tmp_path / "a.parquet", tmp_path / "b.parquet", "--method", "grpo", "-o", out)
     run_ok("advantages", example_log, "--method", "grpo", "-o", reference)
     assert write_paths == ["rewritten", "spliced"]
+    assert len(fallbacks) == 1 and "created_by differ" in fallbacks[0]
     result = pq.read_table(out)
     assert result.column_names == example_table.column_names + outputs_of("grpo")
     assert result.select(example_table.column_names).equals(pa.concat_tables([a, b.select(a.column_names)]))
@@ -221,7 +294,11 @@ def test_files_with_different_column_order_are_rewritten(tmp_path, example_log, 
 # --------------------------------------------------------------------------- 6. hive partitions
 
 
-def test_hive_partitions_are_rewritten_with_the_partition_column(tmp_path, example_log, example_table, write_paths):
+def test_hive_partitions_are_rewritten_with_the_partition_column(
+    tmp_path, example_log, example_table, write_paths, monkeypatch
+):
+    """A directory is always rewritten (its path, not a fallback: no warning)."""
+    fallbacks = record_fallbacks(monkeypatch)
     logs = tmp_path / "logs"
     parts = split_by_group(example_table, 2)
     for i, part in enumerate(parts, start=1):
@@ -231,6 +308,7 @@ def test_hive_partitions_are_rewritten_with_the_partition_column(tmp_path, examp
     run_ok("advantages", logs, "--method", "gigpo", "-o", out)
     run_ok("advantages", example_log, "--method", "gigpo", "-o", reference)
     assert write_paths == ["rewritten", "spliced"]
+    assert fallbacks == []
     result = pq.read_table(out)
     as_read = read_log([logs]).table
     assert "part" in result.column_names
@@ -309,9 +387,10 @@ def test_files_in_another_order_give_the_same_values_and_summary(tmp_path, examp
     assert_outputs_bit_identical(pq.read_table(out_b), pq.read_table(out_a), outputs_of("gaca"))
 
 
-def test_an_empty_file_among_the_inputs_is_rewritten(tmp_path, example_log, example_table, write_paths):
-    """A file with no rows (one empty row group) cannot be spliced; the rewrite gives the
-    same values as the single file."""
+def test_an_empty_file_among_the_inputs_is_rewritten(tmp_path, example_log, example_table, write_paths, monkeypatch):
+    """A file with no rows (one empty row group) cannot be spliced; the rewrite, after a
+    warning that names the file, gives the same values as the single file."""
+    fallbacks = record_fallbacks(monkeypatch)
     a, b = split_by_group(example_table, 2)
     paths = [tmp_path / "a.parquet", tmp_path / "empty.parquet", tmp_path / "b.parquet"]
     for table, path in zip((a, example_table.slice(0, 0), b), paths):
@@ -320,6 +399,7 @@ def test_an_empty_file_among_the_inputs_is_rewritten(tmp_path, example_log, exam
     run_ok("advantages", *paths, "--method", "gigpo", "-o", out)
     run_ok("advantages", example_log, "--method", "gigpo", "-o", reference)
     assert write_paths == ["rewritten", "spliced"]
+    assert len(fallbacks) == 1 and "empty.parquet: row group with 0 rows" in fallbacks[0]
     result = pq.read_table(out)
     assert result.select(example_table.column_names).equals(pa.concat_tables([a, b]))
     assert_outputs_bit_identical(result, pq.read_table(reference), outputs_of("gigpo"))
@@ -418,7 +498,10 @@ def test_directory_with_int_and_float_rewards_is_a_clean_error(tmp_path, example
     """As for separate files: a reward column that is int64 in one file of a directory and
     double in the other is one Error line, whichever file comes first."""
     a, b = split_by_group(example_table, 2)
-    as_int = lambda t: t.set_column(t.schema.get_field_index(C.REWARD), C.REWARD, pc.cast(pc.round(t[C.REWARD]), pa.int64()))  # noqa: E731
+
+    def as_int(t: pa.Table) -> pa.Table:
+        return t.set_column(t.schema.get_field_index(C.REWARD), C.REWARD, pc.cast(pc.round(t[C.REWARD]), pa.int64()))
+
     a, b = (as_int(a), b) if first == "int" else (a, as_int(b))
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -430,9 +513,11 @@ def test_directory_with_int_and_float_rewards_is_a_clean_error(tmp_path, example
     assert not (tmp_path / "out.parquet").exists()
 
 
-def test_mapping_an_output_name_as_input_is_a_clean_error(tmp_path, example_table):
+def test_mapping_an_output_name_as_input_is_a_clean_error(tmp_path, example_table, monkeypatch):
     """`--map reward=advantage` reads the log's `advantage` column as the reward; the output
-    would then hold two `advantage` columns: one Error line naming it, no output file."""
+    would then hold two `advantage` columns: one Error line naming it, no output file, and no
+    splice attempted first (so no fallback warning before the error)."""
+    fallbacks = record_fallbacks(monkeypatch)
     table = example_table.rename_columns([C.ADVANTAGE if n == C.REWARD else n for n in example_table.column_names])
     src, out = tmp_path / "renamed.parquet", tmp_path / "out.parquet"
     pq.write_table(table, src)
@@ -440,12 +525,15 @@ def test_mapping_an_output_name_as_input_is_a_clean_error(tmp_path, example_tabl
     assert res.exit_code == 1, res.output
     assert len(error_lines(res)) == 1 and f"'{C.ADVANTAGE}'" in res.output
     assert not out.exists()
+    assert fallbacks == []
 
 
 def test_a_column_type_polars_lacks_falls_back_to_pyarrow(tmp_path, example_table, write_paths):
     """The anchor is read by polars, which parses every column's type: a file with a type it
     lacks (here a list_view column) is read by pyarrow instead, and spliced as usual."""
-    table = example_table.append_column("lv", pa.array([[1, 2]] * example_table.num_rows, type=pa.list_view(pa.int64())))
+    table = example_table.append_column(
+        "lv", pa.array([[1, 2]] * example_table.num_rows, type=pa.list_view(pa.int64()))
+    )
     src, out = tmp_path / "lv.parquet", tmp_path / "out.parquet"
     pq.write_table(table, src)
     run_ok("advantages", src, "--method", "gigpo", "-o", out)

@@ -20,11 +20,12 @@ import pytest
 from typer.testing import CliRunner
 
 from gaca_cli import __version__
-from gaca_cli.log import columns as C
+from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.cli import app
 from gaca_cli.errors import GacaError
-from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.log import columns as C
 from gaca_cli.log.io import read_log, write_parquet_atomic
+from tests.advantages.conftest import record_fallbacks
 
 runner = CliRunner()
 
@@ -80,6 +81,7 @@ def split_by_group(table: pa.Table, n_parts: int) -> list[pa.Table]:
 
 
 # --------------------------------------------------------------------------- input layouts
+
 
 def test_one_file(example_log, example_table):
     log = read_log([example_log])
@@ -143,6 +145,7 @@ def test_hive_partitions(tmp_path, example_table, reference):
 
 # --------------------------------------------------------------------------- --map and ids
 
+
 def test_map_renamed_columns(tmp_path, example_table, reference):
     """A log that calls group_id `uid`, traj_id `traj_uid` and anchor_obs `state`: with --map
     it gives the same advantages, and the output keeps the user's names."""
@@ -152,8 +155,18 @@ def test_map_renamed_columns(tmp_path, example_table, reference):
     pq.write_table(table, src)
     out = tmp_path / "adv.parquet"
     run_ok(
-        "advantages", src, "--method", "gigpo", "-o", out,
-        "--map", "group_id=uid", "--map", "traj_id=traj_uid", "--map", "anchor_obs=state",
+        "advantages",
+        src,
+        "--method",
+        "gigpo",
+        "-o",
+        out,
+        "--map",
+        "group_id=uid",
+        "--map",
+        "traj_id=traj_uid",
+        "--map",
+        "anchor_obs=state",
     )
     result = pq.read_table(out)
     assert result.column_names[: table.num_columns] == table.column_names
@@ -167,7 +180,9 @@ def test_map_renamed_columns(tmp_path, example_table, reference):
 
 def _renamed_log(tmp_path, example_table) -> Path:
     src = tmp_path / "renamed.parquet"
-    pq.write_table(example_table.rename_columns(["uid" if n == C.GROUP_ID else n for n in example_table.column_names]), src)
+    pq.write_table(
+        example_table.rename_columns(["uid" if n == C.GROUP_ID else n for n in example_table.column_names]), src
+    )
     return src
 
 
@@ -203,7 +218,19 @@ def test_map_malformed(tmp_path, example_log, item):
 
 
 def test_map_same_new_twice(tmp_path, example_log):
-    res = runner.invoke(app, ["advantages", str(example_log), "--map", "group_id=a", "--map", "group_id=b", "-o", str(tmp_path / "o.parquet")])
+    res = runner.invoke(
+        app,
+        [
+            "advantages",
+            str(example_log),
+            "--map",
+            "group_id=a",
+            "--map",
+            "group_id=b",
+            "-o",
+            str(tmp_path / "o.parquet"),
+        ],
+    )
     assert res.exit_code == 2
     assert "--map" in res.stderr
 
@@ -212,6 +239,7 @@ def test_map_same_new_twice(tmp_path, example_log):
 def test_integer_and_string_ids(tmp_path, example_table, reference, id_type):
     """Ids recoded as integers (numeric order differs from the text order) or as another string
     type: the same advantage on every row, and the id columns come out with their own type."""
+
     def recode(col: pa.ChunkedArray, scale: int) -> pa.Array:
         codes = pc.dictionary_encode(col).combine_chunks().indices.to_numpy().astype(np.int64)
         values = 1000 - scale * codes  # reverses the order
@@ -234,6 +262,7 @@ def test_integer_and_string_ids(tmp_path, example_table, reference, id_type):
 
 
 # --------------------------------------------------------------------------- the output
+
 
 def _with_extra_columns(table: pa.Table) -> pa.Table:
     n = table.num_rows
@@ -292,10 +321,32 @@ def test_rerun_replaces_tool_columns(tmp_path, example_log, example_table, refer
 def test_metadata_records_version_method_and_every_parameter(tmp_path, example_log):
     out = tmp_path / "adv.parquet"
     run_ok(
-        "advantages", example_log, "--method", "gaca", "-o", out,
-        "--gamma", "0.9", "--norm", "std", "--step-weight", "0.5", "--episode-stats", "steps",
-        "--anchor-similarity", "0.8", "--beta", "0.25", "--nll-scope", "group", "--nll-reduce", "sum",
-        "--lambda-min", "0.1", "--lambda-max", "0.9",
+        "advantages",
+        example_log,
+        "--method",
+        "gaca",
+        "-o",
+        out,
+        "--gamma",
+        "0.9",
+        "--norm",
+        "std",
+        "--step-weight",
+        "0.5",
+        "--episode-stats",
+        "steps",
+        "--anchor-similarity",
+        "0.8",
+        "--beta",
+        "0.25",
+        "--nll-scope",
+        "group",
+        "--nll-reduce",
+        "sum",
+        "--lambda-min",
+        "0.1",
+        "--lambda-max",
+        "0.9",
     )
     meta = pq.read_schema(out).metadata
     doc = json.loads(meta[C.META_ADVANTAGES.encode()])
@@ -342,6 +393,7 @@ def test_metadata_keeps_score_metadata(tmp_path, example_table):
 
 # --------------------------------------------------------------------------- refused outputs
 
+
 def test_output_equal_to_input_refused(tmp_path, example_table, monkeypatch):
     """The same file however it is spelled: as given, with `./`, relative to the cwd."""
     src = tmp_path / "log.parquet"
@@ -378,6 +430,7 @@ def test_output_matching_an_input_glob_refused(tmp_path, example_table):
 
 # --------------------------------------------------------------------------- atomic writes
 
+
 class SimulatedFailure(RuntimeError):
     pass
 
@@ -396,16 +449,20 @@ def _failing_copy(src, dst, offset, length, dst_offset):
 
 def _fail_during(how: str, monkeypatch) -> None:
     """Make the next `gaca advantages` write fail midway: in the splice of the input's column
-    chunks, or (with splicing refused) in pyarrow's rewrite of the whole table."""
+    chunks, or (with splicing refused, its warning recorded) in pyarrow's rewrite of the whole
+    table."""
     import gaca_cli.log._splice as splice
+    import gaca_cli.log._splice.writer as splice_writer
 
     if how == "splice":
-        monkeypatch.setattr(splice, "_copy", _failing_copy)
+        monkeypatch.setattr(splice_writer, "_copy", _failing_copy)
     else:
+
         def refuse(*args, **kwargs):
             raise splice.SpliceUnsupported("refused for the test")
 
         monkeypatch.setattr(splice, "splice_columns", refuse)
+        record_fallbacks(monkeypatch)
         monkeypatch.setattr(pq, "write_table", _failing_write)
 
 
@@ -452,3 +509,88 @@ def test_read_log_errors_are_gaca_errors(tmp_path):
         read_log([str(tmp_path / "*.parquet")])
     with pytest.raises(GacaError, match="no such file"):
         read_log([tmp_path / "missing.parquet"])
+
+
+# --------------------------------------------------------------------------- text widths and readers' corners
+
+
+def _with_text_type(table: pa.Table, text: pa.DataType) -> pa.Table:
+    """`table` with every string column of type `text` (string or large_string)."""
+    fields = [
+        f.with_type(text) if pa.types.is_string(f.type) or pa.types.is_large_string(f.type) else f for f in table.schema
+    ]
+    return table.cast(pa.schema(fields))
+
+
+@pytest.mark.parametrize("layout", ["files", "directory"])
+def test_string_and_large_string_files_are_read_as_large_string(tmp_path, example_table, layout):
+    """One file with string columns, one with large_string: read as large_string (what every
+    mainstream reader does), the footers' schema too; an int/float clash still is an error."""
+    a, b = split_by_group(example_table, 2)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(_with_text_type(a, pa.string()), logs / "a.parquet")
+    pq.write_table(_with_text_type(b, pa.large_string()), logs / "b.parquet")
+    inputs = [str(logs)] if layout == "directory" else [str(logs / "a.parquet"), str(logs / "b.parquet")]
+    log = read_log(inputs)
+    assert log.table.schema.field(C.ANCHOR_OBS).type == pa.large_string()
+    assert log.table[C.TRAJ_ID].to_pylist() == a[C.TRAJ_ID].to_pylist() + b[C.TRAJ_ID].to_pylist()
+    partial = read_log(inputs, columns=[C.GROUP_ID, C.TRAJ_ID], dictionary=[C.TRAJ_ID] if layout == "files" else ())
+    assert partial.file_schema.field(C.ANCHOR_OBS).type == pa.large_string()
+    if layout == "files":  # ids read dictionary-encoded from both files: one dictionary column
+        assert pa.types.is_dictionary(partial.table.schema.field(C.TRAJ_ID).type)
+        assert partial.table[C.TRAJ_ID].to_pylist() == a[C.TRAJ_ID].to_pylist() + b[C.TRAJ_ID].to_pylist()
+        column = partial.read_column(C.ANCHOR_OBS)  # read on its own, from each file
+        assert column.type == pa.large_string()
+        assert column.to_pylist() == a[C.ANCHOR_OBS].to_pylist() + b[C.ANCHOR_OBS].to_pylist()
+
+
+def test_text_widths_do_not_unify_other_types(tmp_path, example_table):
+    """Only text, binary and list widths are unified: a string id in one file and an integer
+    one in the other stay a clean error."""
+    a, b = split_by_group(example_table, 2)
+    codes = {t: i for i, t in enumerate(sorted(set(b[C.TRAJ_ID].to_pylist())))}
+    b = b.set_column(
+        b.schema.get_field_index(C.TRAJ_ID), C.TRAJ_ID, pa.array([codes[t] for t in b[C.TRAJ_ID].to_pylist()])
+    )
+    pq.write_table(a, tmp_path / "a.parquet")
+    pq.write_table(b, tmp_path / "b.parquet")
+    with pytest.raises(GacaError, match="schemas do not agree"):
+        read_log([str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")])
+
+
+def test_delta_encoded_ids_next_to_dictionary_ones(tmp_path, example_table):
+    """Ids asked for dictionary-encoded: a file whose ids have DELTA_BYTE_ARRAY pages (which
+    pyarrow cannot read into a dictionary) and one with dictionary pages give one dictionary
+    column with the ids in order."""
+    a, b = split_by_group(example_table, 2)
+    pq.write_table(a, tmp_path / "a.parquet")
+    delta = {C.GROUP_ID: "DELTA_BYTE_ARRAY", C.TRAJ_ID: "DELTA_LENGTH_BYTE_ARRAY"}
+    pq.write_table(b, tmp_path / "b.parquet", use_dictionary=False, column_encoding=delta)
+    paths = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    log = read_log(paths, columns=[C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX], dictionary=[C.GROUP_ID, C.TRAJ_ID])
+    for name in (C.GROUP_ID, C.TRAJ_ID):
+        assert pa.types.is_dictionary(log.table.schema.field(name).type), name
+        assert log.table[name].to_pylist() == a[name].to_pylist() + b[name].to_pylist()
+
+
+def test_key_value_metadata_and_stored_schema_readers(tmp_path):
+    """read_key_value_metadata: every entry but ARROW:schema, bytes that are not UTF-8 kept
+    (write_parquet_atomic writes them back unchanged); stored_arrow_schema: the writer's own
+    schema (here a time zone that pyarrow's reading of INT96 drops), None without one."""
+    from gaca_cli.log.io import read_key_value_metadata, stored_arrow_schema
+
+    table = pa.table({"t": pa.array([0, 1], pa.timestamp("ns", tz="Europe/Paris"))})
+    table = table.replace_schema_metadata({b"pandas": b"{}", b"raw": b"\xff\x00bytes"})
+    src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
+    pq.write_table(table, src, use_deprecated_int96_timestamps=True)
+    meta = read_key_value_metadata(str(src))
+    assert set(meta) == {"pandas", "raw"}
+    write_parquet_atomic(pa.table({"x": [1]}), out, meta)
+    stored = dict(pq.read_metadata(out).metadata)
+    assert stored[b"raw"] == b"\xff\x00bytes" and stored[b"pandas"] == b"{}"
+    assert pq.read_schema(src).field("t").type == pa.timestamp("ns")
+    assert stored_arrow_schema(str(src)).field("t").type == pa.timestamp("ns", tz="Europe/Paris")
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"x": [1]}), plain, store_schema=False)
+    assert stored_arrow_schema(str(plain)) is None

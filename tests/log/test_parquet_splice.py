@@ -615,7 +615,9 @@ def test_nested_and_temporal_new_columns(tmp_path):
     n = 70
     new = pa.table(
         {
-            "weights": pa.array([[float(i), None] if i % 4 else None for i in range(n)], pa.list_(pa.field("element", pa.float64()))),
+            "weights": pa.array(
+                [[float(i), None] if i % 4 else None for i in range(n)], pa.list_(pa.field("element", pa.float64()))
+            ),
             "detail": pa.array([{"a": i, "b": f"b{i % 2}"} for i in range(n)], INFO),
             "at": pa.array(np.arange(n) * 1000, pa.timestamp("ms", tz="UTC")),
             "method": pa.array(["gaca"] * n),
@@ -661,3 +663,81 @@ def test_field_ids_of_new_columns_are_kept(tmp_path):
     parquet_schema = str(pq.ParquetFile(dest).schema)
     for i, name in enumerate(new.column_names):
         assert f"field_id={10 + i} {name}" in parquet_schema
+
+
+# ------------------------------------------------------------------- the input's Arrow schema
+
+
+def stored_schema(path) -> pa.Schema:
+    return pf.arrow_schema(pf.read_footer(str(path)))
+
+
+def test_carried_columns_keep_the_stored_arrow_schema(tmp_path):
+    """An INT96 timestamp with a time zone: pyarrow reads it without the zone, polars with it
+    (from ARROW:schema). The spliced file stores the input's own schema, so polars still sees
+    the zone and pyarrow reads what it read from the input."""
+    table = rich_table(60)
+    table = table.set_column(
+        table.schema.get_field_index("ts"), "ts", table["ts"].cast(pa.timestamp("ns", "Asia/Tokyo"))
+    )
+    src = write(tmp_path / "a.parquet", table, use_deprecated_int96_timestamps=True)
+    assert pq.read_schema(src).field("ts").type == pa.timestamp("ns")  # pyarrow's reading drops the zone
+    dest = str(tmp_path / "out.parquet")
+    splice_columns([src], ["text"], new_table(60), dest, KV)
+    assert pq.read_table(dest).equals(expected([src], ["text"], new_table(60)))  # pyarrow: as from the input
+    assert stored_schema(dest).field("ts").type == pa.timestamp("ns", "Asia/Tokyo")
+    assert stored_schema(dest).names == [n for n in table.column_names if n != "text"] + new_table(1).column_names
+    carried = pl.read_parquet(dest).drop(new_table(1).column_names)
+    polars.testing.assert_frame_equal(carried, pl.read_parquet(src).drop("text"))  # polars: the zone kept
+    assert carried.schema["ts"] == pl.Datetime("ns", "Asia/Tokyo")
+
+
+def test_a_file_without_a_stored_schema_is_spliced_with_pyarrows_reading(tmp_path):
+    src = write(tmp_path / "a.parquet", rich_table(50), store_schema=False)
+    assert b"ARROW:schema" not in (pq.read_metadata(src).metadata or {})
+    assert stored_schema(src).equals(pq.read_schema(src).remove_metadata())
+    check_splice([src], [], new_table(50), str(tmp_path / "out.parquet"))
+
+
+def test_a_stored_schema_that_names_other_columns_is_not_used(tmp_path):
+    """A stored ARROW:schema that does not match the Parquet columns is ignored (as pyarrow
+    ignores it): pyarrow's reading of the Parquet schema is used."""
+    src = write(tmp_path / "a.parquet", rich_table(30))
+    other = pq.read_metadata(write(tmp_path / "other.parquet", pa.table({"x": [1]}))).metadata[b"ARROW:schema"]
+
+    def swap_schema(meta):
+        for kv in meta.get(pf.FMD_KEY_VALUE_METADATA).items:
+            if kv.get(pf.KV_KEY) == b"ARROW:schema":
+                kv.set(pf.KV_VALUE, th.CT_BINARY, other)
+
+    rewrite_footer(src, swap_schema)
+    assert stored_schema(src).names == rich_table(1).column_names
+    os.remove(tmp_path / "other.parquet")
+    splice_columns([src], [], new_table(30), tmp_path / "out.parquet", KV)
+    assert pq.read_table(tmp_path / "out.parquet").select(rich_table(1).column_names).equals(pq.read_table(src))
+
+
+def test_refuses_an_unreadable_stored_schema(tmp_path):
+    src = write(tmp_path / "a.parquet", rich_table(20))
+
+    def garble(meta):
+        for kv in meta.get(pf.FMD_KEY_VALUE_METADATA).items:
+            if kv.get(pf.KV_KEY) == b"ARROW:schema":
+                kv.set(pf.KV_VALUE, th.CT_BINARY, b"bm90IGFuIElQQyBtZXNzYWdl")  # base64 of 'not an IPC message'
+
+    rewrite_footer(src, garble)
+    _refuse([src], new_table(20), str(tmp_path / "out.parquet"), match="ARROW:schema")
+
+
+def test_codec_reencodes_a_duckdb_footer_identically(tmp_path):
+    import duckdb
+
+    src = str(tmp_path / "a.parquet")
+    con = duckdb.connect()
+    con.register("t", rich_table(80).drop_columns(["ts"]))
+    con.execute(f"COPY (SELECT * FROM t) TO '{src}' (FORMAT parquet, COMPRESSION zstd)")
+    con.close()
+    assert pq.read_metadata(src).created_by.startswith("DuckDB")
+    footer = footer_bytes(src)
+    assert th.encode_struct(th.decode_struct(footer)) == footer
+    check_splice([src], ["emb"], new_table(80), str(tmp_path / "out.parquet"))

@@ -5,16 +5,18 @@ carried column (prompts, observations: most of the bytes) and encode it again; t
 the input's compressed column chunks byte for byte and encodes only the new columns. Measured
 by bench/write.py (synthetic logs, 2-core machine, the whole `write_annotated` call):
 
-    rows    write time  splice   plain   ratio    output size  splice   plain   ratio
-    1M                  0.10 s   1.55 s  15.6x                 49 MB    56 MB   1.13x
-    10M                 0.70 s  13.80 s  19.8x                 497 MB   591 MB  1.19x
+    rows   write time, splice / plain      output size, splice / plain
+    1M     0.10 s /  1.55 s  (15.6x)        49 MB /  56 MB  (1.13x)
+    10M    0.70 s / 13.80 s  (19.8x)       497 MB / 591 MB  (1.19x)
 
 (peak memory 2.1 GB against 5.8 GB at 10M rows: the plain path holds the whole table.)
 
 The fence: only `gaca_cli.advantages.writing.write_annotated` calls `splice_columns`, and it
-falls back to the plain pyarrow write whenever the splice refuses its inputs
-(`SpliceUnsupported`, raised before anything is written); `GACA_NO_SPLICE=1` in the
-environment skips the splice altogether.
+falls back to the plain pyarrow write, with a warning that gives the reason, whenever the
+splice refuses its inputs (`SpliceUnsupported`, raised before anything is written);
+`GACA_NO_SPLICE=1` in the environment skips the splice altogether. The tests run both paths
+on files from pyarrow (every codec, data pages v1 and v2), polars and duckdb and compare what
+pyarrow, polars and duckdb read back from each (tests/log/test_writers.py).
 
     thrift.py   the Thrift compact protocol (Parquet's footer encoding)
     footer.py   reading and checking a file's footer, its column chunks and stored Arrow schema

@@ -84,7 +84,7 @@ def unzigzag(z: int) -> int:
 class ThriftDecoder:
     """Reads Thrift compact-protocol values from `data`, starting at `pos`."""
 
-    def __init__(self, data: bytes, pos: int = 0):
+    def __init__(self, data: bytes | memoryview, pos: int = 0):
         self.data, self.pos = data, pos
 
     def read_byte(self) -> int:
@@ -147,7 +147,7 @@ class ThriftDecoder:
         raise ValueError(f"unknown Thrift compact type {ctype}")
 
 
-def decode_struct(data: bytes) -> Struct:
+def decode_struct(data: bytes | memoryview) -> Struct:
     """Decode one Thrift compact struct that fills `data` exactly."""
     decoder = ThriftDecoder(data)
     result = decoder.read_struct()

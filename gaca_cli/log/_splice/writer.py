@@ -36,7 +36,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,7 +140,7 @@ def splice_columns(
     starts = _cumulative(counts)
     workers = _workers()
     with ThreadPoolExecutor(max_workers=workers) as pool:  # pyarrow encodes without the GIL
-        pending = deque()
+        pending: deque[Future[_Encoded]] = deque()
 
         def encoded_row_groups():
             """Each row group's new chunks, in order, keeping `2 * workers` row groups in flight."""
@@ -266,7 +266,9 @@ class _NewColumns:
 def _combine(files: list[Footer], n: int, names: list[str]) -> _Encoded:
     """One row group's new chunks, from the little files that hold them, in the order of
     `names`, with a FileMetaData holding their schema elements and column orders in that order."""
-    elements, orders, pieces = {}, {}, {}
+    elements: dict[str, list[Struct]] = {}
+    orders: dict[str, list[Struct] | None] = {}
+    pieces: dict[str, list[Chunk]] = {}
     for inp in files:
         row_groups = inp.meta.get(FMD_ROW_GROUPS).items
         if len(row_groups) != 1 or row_groups[0].get(RG_NUM_ROWS) != n:
@@ -283,14 +285,16 @@ def _combine(files: list[Footer], n: int, names: list[str]) -> _Encoded:
     root = Struct([list(entry) for entry in files[0].meta.get(FMD_SCHEMA).items[0].fields])
     root.set(SE_NUM_CHILDREN, CT_I32, len(names))
     meta = Struct([[FMD_SCHEMA, CT_LIST, TList(CT_STRUCT, [root] + [e for n in names for e in elements[n]])]])
-    if all(orders[n] is not None for n in names):
-        meta.set(FMD_COLUMN_ORDERS, CT_LIST, TList(CT_STRUCT, [o for n in names for o in orders[n]]))
+    kept_orders = [orders[n] for n in names]
+    if all(o is not None for o in kept_orders):
+        meta.set(FMD_COLUMN_ORDERS, CT_LIST, TList(CT_STRUCT, [x for o in kept_orders for x in o or ()]))
     return _Encoded(meta, [p for n in names for p in pieces[n]])
 
 
 def _memory_piece(inp: Footer, chunk: Struct) -> Chunk:
     """A chunk of an in-memory file, with its bytes and those of its bloom filter and column index."""
     p = chunk_piece(inp, chunk)
+    assert inp.data is not None, "an in-memory file holds its bytes"
     p.data = inp.data[p.start : p.start + p.length]
     md, spans = chunk.get(CC_META_DATA), []
     if md.get(CMD_BLOOM_FILTER_OFFSET) is not None:
@@ -330,7 +334,7 @@ def _plan(inputs: list[Footer], top: list, kept: list[bool]) -> tuple[dict, list
     """The map input leaf index -> output leaf index, and each input row group with its kept
     chunks (validated)."""
     leaf_owner = [i for i, (_, _, leaves) in enumerate(top) for _ in range(leaves)]
-    leaf_map = {}
+    leaf_map: dict[int, int] = {}
     for leaf, owner in enumerate(leaf_owner):
         if kept[owner]:
             leaf_map[leaf] = len(leaf_map)
@@ -354,7 +358,7 @@ def _check_same_files(inputs: list[Footer]) -> tuple[list[tuple[str, int, int]],
     for inp in inputs[1:]:
         for fid in (FMD_SCHEMA, FMD_VERSION, FMD_CREATED_BY):
             if encode_field(inp.meta, fid) != encode_field(first.meta, fid):
-                raise SpliceUnsupported(f"{inp.path}, {first.path}: Parquet schema, version or created_by differ")
+                raise SpliceUnsupported(f"{first.path} and {inp.path}: Parquet schema, version or created_by differ")
     try:
         top = top_level_fields(first.meta.get(FMD_SCHEMA).items)
     except DECODE_ERRORS as exc:
@@ -362,7 +366,7 @@ def _check_same_files(inputs: list[Footer]) -> tuple[list[tuple[str, int, int]],
     arrow = [arrow_schema(inp) for inp in inputs]
     for inp, schema in zip(inputs[1:], arrow[1:]):
         if not schema.equals(arrow[0], check_metadata=True):
-            raise SpliceUnsupported(f"{inp.path}, {first.path}: the files' Arrow schemas differ")
+            raise SpliceUnsupported(f"{first.path} and {inp.path}: the files' Arrow schemas differ")
     return top, arrow[0]
 
 
@@ -470,6 +474,7 @@ def _write(dest: str, plan: list[tuple[Struct, list[Chunk]]], meta: Struct, new:
                 _shift_chunk(p.chunk, p.delta)
                 pos += p.length
             for p in encoded.pieces:
+                assert p.data is not None, "a new chunk is written once"
                 _pwrite_all(out, p.data, pos)
                 p.data = None  # lets the row group's buffer go
                 p.delta = pos - p.start
@@ -483,13 +488,13 @@ def _write(dest: str, plan: list[tuple[Struct, list[Chunk]]], meta: Struct, new:
         _pwrite_all(out, footer + len(footer).to_bytes(4, "little") + MAGIC, pos)
     except BaseException:
         os.close(out)
-        out = None
+        out = -1  # closed
         if created:
             os.unlink(dest)
         raise
     finally:
         for fd in [out, *sources.values()]:
-            if fd is not None:
+            if fd >= 0:
                 os.close(fd)
 
 
@@ -571,7 +576,7 @@ def _copy(src: int, dst: int, offset: int, length: int, dst_offset: int) -> None
         offset, dst_offset, length = offset + n, dst_offset + n, length - n
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> int:
+def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> int:
     """Write all of `data` at `offset`; return its length."""
     view, done = memoryview(data), 0
     while done < len(data):
