@@ -42,6 +42,11 @@ def flag_of(field: dataclasses.Field) -> str:
     return "--" + field.name.replace("_", "-")
 
 
+def names_of(field: dataclasses.Field) -> list[str]:
+    """The option's names: its short alias (metadata `short`), if any, then its flag."""
+    return [field.metadata["short"], flag_of(field)] if "short" in field.metadata else [flag_of(field)]
+
+
 def split_list(text: str | None) -> tuple[str, ...]:
     """`a, b,c` -> ("a", "b", "c"); blanks dropped."""
     return tuple(part.strip() for part in (text or "").split(",") if part.strip())
@@ -77,21 +82,17 @@ def _number_kind(hint: Any) -> type | None:
 def _parameter(field: dataclasses.Field, hint: Any) -> inspect.Parameter:
     """The typer parameter of one config field."""
     meta = field.metadata
-    flag = flag_of(field)
     default = ... if field.default is dataclasses.MISSING else field.default
     extra: dict[str, Any] = {}
-    if hint is bool:
-        decls = [f"{flag}/--no-{flag[2:]}" if default is True else flag]
-    else:
-        decls = [flag]
+    decls = names_of(field)
+    if hint is bool and default is True:
+        decls[-1] += f"/--no-{decls[-1][2:]}"
     if _is_str_tuple(hint):
         hint = str | None
         if default is not ...:
             default = ",".join(default) or None
     elif (kind := _number_kind(hint)) is not None:
         extra["parser"] = _number_parser(kind, default)
-    if "short" in meta:
-        decls.insert(0, meta["short"])
     option = typer.Option(*decls, help=meta["help"], metavar=meta.get("metavar"), **extra)
     return inspect.Parameter(
         field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, option]
@@ -111,8 +112,8 @@ class ConfigOptions(Generic[T]):
         try:
             return self.config_class(**self.values, **more)
         except ConfigError as exc:
-            flags = {f.name: f"'{flag_of(f)}'" for f in option_fields(self.config_class)}
-            raise typer.BadParameter(str(exc), param_hint=flags.get(exc.field)) from None
+            hints = {f.name: " / ".join(f"'{n}'" for n in names_of(f)) for f in option_fields(self.config_class)}
+            raise typer.BadParameter(str(exc), param_hint=hints.get(exc.field)) from None
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
 

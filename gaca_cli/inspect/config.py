@@ -62,7 +62,7 @@ class InspectConfig:
             if len(set(self.compare)) != len(self.compare) or len(self.compare) < 2:
                 raise ConfigError(
                     "compare",
-                    f"compare = {','.join(self.compare)!r} is not valid; name two or more different methods, "
+                    f"compare = {','.join(self.compare)!r} is not valid; use two or more different methods, "
                     f"e.g. --compare {','.join(METHODS)}",
                 )
             if self.by is not None or self.lowest:
