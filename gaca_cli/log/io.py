@@ -275,14 +275,19 @@ def _dataset(path: str) -> ds.Dataset:
         keys = factory.inspect_schemas()[-1]  # the first file's schema, then the partition keys'
         files = factory.finish(keys)  # no schema merged yet: each file's is read below
         schemas = [frag.physical_schema.remove_metadata() for frag in files.get_fragments()]
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowIOError, OSError) as exc:
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
     try:
         schema = pa.unify_schemas(_with_text_widths(schemas) or [pa.schema([])], promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=path) from None
+    in_files = [key.name for key in keys if key.name in schema.names]
     schema = pa.schema(list(schema) + [key for key in keys if key.name not in schema.names])
-    return ds.dataset(path, schema=schema, format="parquet", partitioning="hive", exclude_invalid_files=False)
+    try:
+        return ds.dataset(path, schema=schema, format="parquet", partitioning="hive", exclude_invalid_files=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowIOError, OSError) as exc:  # a key value of another type
+        column = in_files[0] if len(in_files) == 1 else None
+        raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path, column=column) from None
 
 
 def _read_directory(path: str, columns: Sequence[str] | None) -> list[tuple[str, pa.Table]]:
@@ -290,7 +295,7 @@ def _read_directory(path: str, columns: Sequence[str] | None) -> list[tuple[str,
     try:
         cols = None if columns is None else [c for c in columns if c in dataset.schema.names]
         parts = [(frag.path, frag.to_table(schema=dataset.schema, columns=cols)) for frag in dataset.get_fragments()]
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowIOError, OSError) as exc:
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
     if not parts:
         raise GacaError("directory holds no Parquet file", file=path)

@@ -594,3 +594,17 @@ def test_key_value_metadata_and_stored_schema_readers(tmp_path):
     plain = tmp_path / "plain.parquet"
     pq.write_table(pa.table({"x": [1]}), plain, store_schema=False)
     assert stored_arrow_schema(str(plain)) is None
+
+
+def test_a_partition_value_of_another_type_than_the_files_column_is_a_clean_error(tmp_path):
+    """A hive key that the files hold as an int64 column, and a directory value ('x') that a
+    file without the column would need as an int64: one GacaError naming the directory and
+    the column, no traceback."""
+    logs = tmp_path / "logs"
+    (logs / "shard=1").mkdir(parents=True)
+    (logs / "shard=x").mkdir()
+    pq.write_table(pa.table({"x": [1], "shard": pa.array([1], pa.int64())}), logs / "shard=1" / "a.parquet")
+    pq.write_table(pa.table({"x": [2]}), logs / "shard=x" / "a.parquet")
+    with pytest.raises(GacaError, match="shard.*not a readable Parquet dataset") as info:
+        read_log([str(logs)])
+    assert info.value.file == str(logs) and info.value.column == "shard"

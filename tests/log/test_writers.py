@@ -284,14 +284,24 @@ def test_ids_stored_with_delta_pages_are_read(tmp_path, monkeypatch, encoding):
     check_outputs(first, plain, [source])
 
 
-def test_polars_hive_partitions_keep_their_column_and_values(tmp_path, monkeypatch):
-    """polars keeps the partition column in each file (large_string) while the directory
-    names make it a string key: read as the files' column, no type clash."""
-    source = write_polars_hive(corpus_log(), tmp_path)
-    log = read_log([str(source)])
-    assert log.table.schema.field(C.GROUP_ID).type == pa.large_string()
-    assert sorted(log.table[C.GROUP_ID].to_pylist()) == sorted(corpus_log()[C.GROUP_ID].to_pylist())
-    assert log.table.column_names == corpus_log().column_names  # no second group_id, same order
+@pytest.mark.parametrize("key", [C.GROUP_ID, "shard"])
+def test_polars_hive_partitions_keep_their_column_and_values(tmp_path, key):
+    """polars keeps the partition column in each file (large_string; int64 for `shard`) while
+    the directory names make it a key of another type (string; int32): it is read as the
+    files' column, no type clash, once, in its place."""
+    table = corpus_log()
+    table = table.append_column("shard", pa.array(np.arange(table.num_rows) % 2, pa.int64()))
+    path = tmp_path / "log"
+    pl.from_arrow(table).write_parquet(path, partition_by=key)
+    log = read_log([str(path)])
+    want = {C.GROUP_ID: pa.large_string(), "shard": pa.int64()}[key]
+    assert log.table.schema.field(key).type == want
+    assert log.table.column_names == table.column_names  # no second column for the key, same order
+    assert_bit_identical(
+        by_step(log.table).select(["traj_id", key]),
+        by_step(pl.from_arrow(table).to_arrow()).select(["traj_id", key]),
+        key,
+    )
 
 
 def test_glob_of_a_pyarrow_and_a_polars_file_unifies_text_widths(tmp_path, monkeypatch):
