@@ -200,7 +200,7 @@ def compute(
     next_step_group = 0
     lam_bar = step_weight / (1.0 + step_weight)
     for b in range(0, len(uids), batch_groups):
-        idx = np.array([i for g in uids[b:b + batch_groups] for i in rows_of_group[g]], dtype=np.int64)
+        idx = np.array([i for g in uids[b : b + batch_groups] for i in rows_of_group[g]], dtype=np.int64)
         g_b, t_b = group_uids[idx], traj_uids[idx]
         rtg = step_discounted_returns(rewards[idx], t_b, steps[idx], gamma, recombine_per_row)
         adv_e = episode_norm_reward(rewards[idx], g_b, t_b, by_std)

@@ -43,13 +43,38 @@ NLL_NULL_P = 0.02
 GROUPS_PER_BATCH = 2000  # ~400k rows per batch (one Parquet row group each)
 
 _ROOMS = (
-    "kitchen", "hallway", "bedroom", "garage", "cellar", "study", "attic", "bathroom",
-    "pantry", "living room", "laundry room", "garden shed",
+    "kitchen",
+    "hallway",
+    "bedroom",
+    "garage",
+    "cellar",
+    "study",
+    "attic",
+    "bathroom",
+    "pantry",
+    "living room",
+    "laundry room",
+    "garden shed",
 )
 _THINGS = (
-    "a countertop 1", "a drawer 2", "a cabinet 3", "a fridge 1", "a microwave 1", "a sinkbasin 1",
-    "a stoveburner 2", "a toaster 1", "a shelf 4", "a desk 1", "a bed 1", "a safe 1", "a garbagecan 1",
-    "a coffeemachine 1", "a dresser 1", "a sidetable 2", "a laundryhamper 1", "a armchair 1",
+    "a countertop 1",
+    "a drawer 2",
+    "a cabinet 3",
+    "a fridge 1",
+    "a microwave 1",
+    "a sinkbasin 1",
+    "a stoveburner 2",
+    "a toaster 1",
+    "a shelf 4",
+    "a desk 1",
+    "a bed 1",
+    "a safe 1",
+    "a garbagecan 1",
+    "a coffeemachine 1",
+    "a dresser 1",
+    "a sidetable 2",
+    "a laundryhamper 1",
+    "a armchair 1",
 )
 _INVENTORY = (
     "You are carrying nothing.",
@@ -88,8 +113,13 @@ def _uuid_strings(rng: np.random.Generator, n: int, sort: bool = False) -> pa.Ar
     nibbles[:, 0::2] = hexdigits[raw >> 4]
     nibbles[:, 1::2] = hexdigits[raw & 0x0F]
     chars = np.full((n, 36), ord("-"), dtype=np.uint8)
-    for dst, src in ((slice(0, 8), slice(0, 8)), (slice(9, 13), slice(8, 12)), (slice(14, 18), slice(12, 16)),
-                     (slice(19, 23), slice(16, 20)), (slice(24, 36), slice(20, 32))):
+    for dst, src in (
+        (slice(0, 8), slice(0, 8)),
+        (slice(9, 13), slice(8, 12)),
+        (slice(14, 18), slice(12, 16)),
+        (slice(19, 23), slice(16, 20)),
+        (slice(24, 36), slice(20, 32)),
+    ):
         chars[:, dst] = nibbles[:, src]
     if sort:
         chars = np.sort(chars.view("S36").ravel()).view(np.uint8).reshape(n, 36)
@@ -108,8 +138,16 @@ def _lengths(rng: np.random.Generator, rows: int) -> np.ndarray:
     return lengths
 
 
-def _batch(rng: np.random.Generator, lengths: np.ndarray, first_traj: int, traj_ids: pa.Array,
-           group_ids: pa.Array, templates: pa.Array, inventory: pa.Array, interleave: bool) -> pa.Table:
+def _batch(
+    rng: np.random.Generator,
+    lengths: np.ndarray,
+    first_traj: int,
+    traj_ids: pa.Array,
+    group_ids: pa.Array,
+    templates: pa.Array,
+    inventory: pa.Array,
+    interleave: bool,
+) -> pa.Table:
     """One rollout batch: trajectories first_traj .. first_traj + len(lengths) - 1."""
     n_traj = len(lengths)
     traj_global = first_traj + np.arange(n_traj, dtype=np.int64)
@@ -186,8 +224,16 @@ def generate(rows: int, path: str | Path, seed: int = 0, order: str = "interleav
     try:
         per_batch = GROUPS_PER_BATCH * ROLLOUTS
         for first in range(0, n_traj, per_batch):
-            table = _batch(rng, lengths[first:first + per_batch], first, traj_ids, group_ids, templates, inventory,
-                           interleave=not canonical)
+            table = _batch(
+                rng,
+                lengths[first : first + per_batch],
+                first,
+                traj_ids,
+                group_ids,
+                templates,
+                inventory,
+                interleave=not canonical,
+            )
             if writer is None:
                 writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
             writer.write_table(table, row_group_size=table.num_rows)
@@ -228,8 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--order", choices=ORDERS, default="interleaved",
-                        help="row order in the file (canonical = already sorted by group, trajectory, step)")
+    parser.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="interleaved",
+        help="row order in the file (canonical = already sorted by group, trajectory, step)",
+    )
     parser.add_argument("-o", "--output", type=Path, default=None, help="default: the cache under bench/data/")
     args = parser.parse_args(argv)
     if args.output is None:

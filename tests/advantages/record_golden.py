@@ -58,8 +58,8 @@ def compute(params: dict, directory: Path) -> dict[str, list]:
     """The code's output columns for the tiny log, read from a Parquet file like a user's."""
     import pyarrow.parquet as pq
 
-    from gaca_cli.advantages.run import compute_advantages
     from gaca_cli.advantages.config import AdvantagesConfig
+    from gaca_cli.advantages.run import compute_advantages
     from gaca_cli.log.io import read_log
 
     path = directory / "tiny.parquet"

@@ -180,7 +180,7 @@ def reference_advantages(rows: list[dict], **params) -> dict[str, list]:
     for i, row in enumerate(rows):
         rows_of_traj.setdefault(row["traj_id"], []).append(i)
         group_of_traj[row["traj_id"]] = row["group_id"]
-    for traj, members in rows_of_traj.items():
+    for members in rows_of_traj.values():
         members.sort(key=lambda i: rows[i]["step_idx"])
     trajs_of_group: dict = {}
     for traj, group in group_of_traj.items():
@@ -200,7 +200,7 @@ def reference_advantages(rows: list[dict], **params) -> dict[str, list]:
 
     # A^E: over the group's trajectories, or over its step rows
     adv_episode_of_traj: dict = {}
-    for group, trajs in trajs_of_group.items():
+    for trajs in trajs_of_group.values():
         if p["episode_stats"] == "trajectories":
             values = normalize([episode_return[t] for t in trajs], by_std)
             for traj, value in zip(trajs, values):
@@ -237,7 +237,7 @@ def reference_advantages(rows: list[dict], **params) -> dict[str, list]:
     adv_step = [0.0] * len(rows)
     step_group_id = [0] * len(rows)
     step_group_size = [0] * len(rows)
-    for number, (key, members) in enumerate(members_of_step_group.items()):
+    for number, members in enumerate(members_of_step_group.values()):
         for i, value in zip(members, normalize([rtg[i] for i in members], by_std)):
             adv_step[i] = value
             step_group_id[i] = number
@@ -368,9 +368,7 @@ def random_rows(
                     elif kind < 0.1:
                         row["behavior_logprobs"] = []
                     else:
-                        row["behavior_logprobs"] = [
-                            _float32(-rng.expovariate(1.0)) for _ in range(rng.randint(1, 6))
-                        ]
+                        row["behavior_logprobs"] = [_float32(-rng.expovariate(1.0)) for _ in range(rng.randint(1, 6))]
                 rows.append(row)
     if shuffle:
         rng.shuffle(rows)
@@ -418,8 +416,8 @@ def run_fast(rows: list[dict], **params):
     Returns (dict of numpy arrays in input row order, AdvantagesRun)."""
     import numpy as np
 
-    from gaca_cli.advantages.run import compute_advantages
     from gaca_cli.advantages.config import AdvantagesConfig
+    from gaca_cli.advantages.run import compute_advantages
     from gaca_cli.log.io import Log
 
     table = rows_to_table(rows)

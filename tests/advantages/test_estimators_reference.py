@@ -146,7 +146,9 @@ OPTION_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("option", OPTION_VALUES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults")
+@pytest.mark.parametrize(
+    "option", OPTION_VALUES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults"
+)
 @pytest.mark.parametrize("method", METHODS)
 def test_each_option_matches_reference(method, option):
     for seed, rewards, criticality, ids in [
@@ -213,7 +215,10 @@ def test_near_constant_returns_keep_their_precision(magnitude, method, norm, epi
     for gamma in (1.0, 0.5):
         params = {"method": method, "norm": norm, "gamma": gamma}
         ref = reference_advantages(rows, **params)
-        dev_scale = {"adv_episode": max(abs(x) for x in ref["adv_episode"]), "advantage": max(abs(x) for x in ref["advantage"])}
+        dev_scale = {
+            "adv_episode": max(abs(x) for x in ref["adv_episode"]),
+            "advantage": max(abs(x) for x in ref["advantage"]),
+        }
         dev_scale["adv_step"] = max(abs(x) for x in ref["adv_step"]) if method != "grpo" else 0.0
         assert dev_scale["adv_episode"] > 0
         assert_matches(rows, params, scale=dev_scale)
@@ -344,7 +349,14 @@ def test_null_nll_rows_leave_the_statistics_alone():
     without that row (compared with the same log minus that row, the last step of its
     trajectory, so the rest of the log is unchanged)."""
     base = [
-        {"group_id": 0, "traj_id": t, "step_idx": s, "reward": float(t + s), "anchor_obs": f"s{s}", "nll_mean": 1.0 + t * 0.3 + s}
+        {
+            "group_id": 0,
+            "traj_id": t,
+            "step_idx": s,
+            "reward": float(t + s),
+            "anchor_obs": f"s{s}",
+            "nll_mean": 1.0 + t * 0.3 + s,
+        }
         for t in range(3)
         for s in range(3)
     ]
@@ -381,13 +393,32 @@ def test_cli_matches_reference(tmp_path):
     rows = random_rows(21, ids="str", criticality="nll", max_groups=3, max_trajs=4)
     src, out = tmp_path / "log.parquet", tmp_path / "out.parquet"
     pq.write_table(rows_to_table(rows), src)
-    args = ["advantages", str(src), "--method", "gaca", "--beta", "0.4", "--norm", "std", "--step-weight", "2",
-            "--gamma", "0.9", "--nll-scope", "group", "--episode-stats", "steps", "-o", str(out)]
+    args = [
+        "advantages",
+        str(src),
+        "--method",
+        "gaca",
+        "--beta",
+        "0.4",
+        "--norm",
+        "std",
+        "--step-weight",
+        "2",
+        "--gamma",
+        "0.9",
+        "--nll-scope",
+        "group",
+        "--episode-stats",
+        "steps",
+        "-o",
+        str(out),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     table = pq.read_table(out)
-    ref = reference_advantages(rows, method="gaca", beta=0.4, norm="std", step_weight=2.0, gamma=0.9,
-                               nll_scope="group", episode_stats="steps")
+    ref = reference_advantages(
+        rows, method="gaca", beta=0.4, norm="std", step_weight=2.0, gamma=0.9, nll_scope="group", episode_stats="steps"
+    )
     for name in FLOAT_COLUMNS:
         np.testing.assert_allclose(table.column(name).to_numpy(), ref[name], rtol=1e-9, atol=1e-12)
     assert same_partition(table.column("step_group_id").to_pylist(), ref["step_group_id"])

@@ -50,7 +50,9 @@ def column(values_by_row: dict) -> list[float]:
     return [float(values_by_row.get(key, 0.0)) for key in ROWS]
 
 
-RETURN_TO_GO = column({"a1/0": 0.5, "a1/1": 1, "a2/0": 0.5, "a2/1": 1, "a2/2": 2, "b1/0": 1.5, "b1/1": 3, "b2/0": 1, "c1/0": 5})
+RETURN_TO_GO = column(
+    {"a1/0": 0.5, "a1/1": 1, "a2/0": 0.5, "a2/1": 1, "a2/2": 2, "b1/0": 1.5, "b1/1": 3, "b2/0": 1, "c1/0": 5}
+)
 
 
 def by_traj(values: dict) -> dict:
@@ -92,10 +94,29 @@ def test_gigpo():
         b2: −1 − 0.25 = −1.25
         c1: 0
     """
-    advantage = column({"a1/0": 1 / 6, "a2/0": 7 / 6, "a2/1": 1, "a2/2": 2, "a3/0": -4 / 3, "a3/1": -2,
-                        "b1/0": 1.25, "b1/1": 1, "b2/0": -1.25})
-    check("gigpo", {"return_to_go": RETURN_TO_GO, "adv_episode": ADV_E_MEAN, "adv_step": ADV_S_MEAN,
-                    "step_group_size": STEP_GROUP_SIZE, "advantage": advantage})
+    advantage = column(
+        {
+            "a1/0": 1 / 6,
+            "a2/0": 7 / 6,
+            "a2/1": 1,
+            "a2/2": 2,
+            "a3/0": -4 / 3,
+            "a3/1": -2,
+            "b1/0": 1.25,
+            "b1/1": 1,
+            "b2/0": -1.25,
+        }
+    )
+    check(
+        "gigpo",
+        {
+            "return_to_go": RETURN_TO_GO,
+            "adv_episode": ADV_E_MEAN,
+            "adv_step": ADV_S_MEAN,
+            "step_group_size": STEP_GROUP_SIZE,
+            "advantage": advantage,
+        },
+    )
 
 
 def test_gigpo_std():
@@ -113,15 +134,30 @@ def test_gigpo_std():
     s_start = math.sqrt(1 / 12)
     s_x = math.sqrt(2) / 4
     adv_e = column(by_traj({"a1": 0, "a2": a, "a3": -a, "b1": b, "b2": -b, "c1": 0}))
-    adv_s = column({
-        "a1/0": (1 / 6) / (s_start + EPS), "a2/0": (1 / 6) / (s_start + EPS), "a3/0": (-1 / 3) / (s_start + EPS),
-        "a2/2": a, "a3/1": -a, "b1/0": 0.25 / (s_x + EPS), "b2/0": -0.25 / (s_x + EPS),
-    })
+    adv_s = column(
+        {
+            "a1/0": (1 / 6) / (s_start + EPS),
+            "a2/0": (1 / 6) / (s_start + EPS),
+            "a3/0": (-1 / 3) / (s_start + EPS),
+            "a2/2": a,
+            "a3/1": -a,
+            "b1/0": 0.25 / (s_x + EPS),
+            "b2/0": -0.25 / (s_x + EPS),
+        }
+    )
     advantage = [e + 0.5 * s for e, s in zip(adv_e, adv_s)]
     assert math.isclose(advantage[2], 1.2886731346, rel_tol=1e-9)  # a2/0, as written above
     assert math.isclose(advantage[7], 1.0606586718, rel_tol=1e-9)  # b1/0
-    check("gigpo_std", {"return_to_go": RETURN_TO_GO, "adv_episode": adv_e, "adv_step": adv_s,
-                        "step_group_size": STEP_GROUP_SIZE, "advantage": advantage})
+    check(
+        "gigpo_std",
+        {
+            "return_to_go": RETURN_TO_GO,
+            "adv_episode": adv_e,
+            "adv_step": adv_s,
+            "step_group_size": STEP_GROUP_SIZE,
+            "advantage": advantage,
+        },
+    )
 
 
 def test_gaca():
@@ -149,12 +185,46 @@ def test_gaca():
         c1/0: 0
     """
     z = column({"a1/0": -1, "a1/1": 1, "a2/0": -1, "a2/2": 1, "b1/0": -1, "b1/1": 1})
-    lam = column({"a1/0": 0.25, "a1/1": 0.75, "a2/0": 0.25, "a2/1": 0.5, "a2/2": 0.75, "a3/0": 0.5, "a3/1": 0.5,
-                  "b1/0": 0.25, "b1/1": 0.5, "b2/0": 0.5, "c1/0": 0.5})
-    advantage = column({"a1/0": 1 / 12, "a2/0": 19 / 12, "a2/1": 1, "a2/2": 2, "a3/0": -4 / 3, "a3/1": -2,
-                        "b1/0": 1.625, "b1/1": 1, "b2/0": -1.25})
-    check("gaca", {"return_to_go": RETURN_TO_GO, "adv_episode": ADV_E_MEAN, "adv_step": ADV_S_MEAN,
-                   "step_group_size": STEP_GROUP_SIZE, "nll_z": z, "gaca_weight": lam, "advantage": advantage})
+    lam = column(
+        {
+            "a1/0": 0.25,
+            "a1/1": 0.75,
+            "a2/0": 0.25,
+            "a2/1": 0.5,
+            "a2/2": 0.75,
+            "a3/0": 0.5,
+            "a3/1": 0.5,
+            "b1/0": 0.25,
+            "b1/1": 0.5,
+            "b2/0": 0.5,
+            "c1/0": 0.5,
+        }
+    )
+    advantage = column(
+        {
+            "a1/0": 1 / 12,
+            "a2/0": 19 / 12,
+            "a2/1": 1,
+            "a2/2": 2,
+            "a3/0": -4 / 3,
+            "a3/1": -2,
+            "b1/0": 1.625,
+            "b1/1": 1,
+            "b2/0": -1.25,
+        }
+    )
+    check(
+        "gaca",
+        {
+            "return_to_go": RETURN_TO_GO,
+            "adv_episode": ADV_E_MEAN,
+            "adv_step": ADV_S_MEAN,
+            "step_group_size": STEP_GROUP_SIZE,
+            "nll_z": z,
+            "gaca_weight": lam,
+            "advantage": advantage,
+        },
+    )
 
 
 def check(case: str, by_hand: dict):
@@ -167,8 +237,13 @@ def check(case: str, by_hand: dict):
         code = compute(params, Path(tmp))
     # (a) the hand arithmetic
     for name, expected in by_hand.items():
-        np.testing.assert_allclose(np.asarray(code[name], dtype=np.float64), expected, rtol=1e-12, atol=1e-15,
-                                   err_msg=f"{case}: {name} vs hand arithmetic")
+        np.testing.assert_allclose(
+            np.asarray(code[name], dtype=np.float64),
+            expected,
+            rtol=1e-12,
+            atol=1e-15,
+            err_msg=f"{case}: {name} vs hand arithmetic",
+        )
     method = params["method"]
     written = set(code)
     expected_columns = {"return_to_go", "adv_episode", "adv_step", "advantage", "adv_method"}
@@ -190,7 +265,9 @@ def check(case: str, by_hand: dict):
         elif name in ("step_group_id", "step_group_size"):
             assert code[name] == recorded, name
         else:
-            np.testing.assert_allclose(code[name], recorded, rtol=1e-12, atol=1e-15, err_msg=f"{case}: {name} vs golden file")
+            np.testing.assert_allclose(
+                code[name], recorded, rtol=1e-12, atol=1e-15, err_msg=f"{case}: {name} vs golden file"
+            )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -208,7 +285,9 @@ def test_cli_writes_the_golden_numbers(tmp_path):
 
     src, out = tmp_path / "tiny.parquet", tmp_path / "out.parquet"
     pq.write_table(tiny_table(), src)
-    result = CliRunner().invoke(app, ["advantages", str(src), "--method", "gaca", "--gamma", "0.5", "--beta", "0.25", "-o", str(out)])
+    result = CliRunner().invoke(
+        app, ["advantages", str(src), "--method", "gaca", "--gamma", "0.5", "--beta", "0.25", "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
     golden = json.loads((GOLDEN_DIR / "gaca.json").read_text())["columns"]
     table = pq.read_table(out)

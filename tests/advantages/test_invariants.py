@@ -234,7 +234,11 @@ def test_scaling_rewards(seed, method, k):
     criticality side (nll_z, λ) does not move at all."""
     rows, params = case(seed, method, rewards=random.Random(seed).choice(["dense", "ints", "sparse"]))
     scaled = [
-        {**r, "reward": r["reward"] * k, **({"episode_reward": r["episode_reward"] * k} if "episode_reward" in r else {})}
+        {
+            **r,
+            "reward": r["reward"] * k,
+            **({"episode_reward": r["episode_reward"] * k} if "episode_reward" in r else {}),
+        }
         for r in rows
     ]
     a, _ = run_fast(rows, **params)
@@ -283,8 +287,13 @@ def test_lambda_follows_nll(seed, scope):
     rows = random_rows(seed, criticality="nll", max_groups=3, max_trajs=5, max_steps=6)
     omega = rng.choice([0.5, 1.0, 3.0])
     reduce = rng.choice(["mean", "sum"])
-    params = {"method": "gaca", "nll_scope": scope, "nll_reduce": reduce, "step_weight": omega,
-              "beta": rng.choice([0.05, 0.3, 2.0])}
+    params = {
+        "method": "gaca",
+        "nll_scope": scope,
+        "nll_reduce": reduce,
+        "step_weight": omega,
+        "beta": rng.choice([0.05, 0.3, 2.0]),
+    }
     if rng.random() < 0.5:
         params.update(lambda_min=0.1 * omega / (1 + omega), lambda_max=0.5 + 0.5 * omega / (1 + omega))
     out, _ = run_fast(rows, **params)
@@ -339,10 +348,17 @@ def test_no_nan_or_inf_on_random_logs(method, seed):
             assert np.all(np.isfinite(out[name])), name
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings(
+    "ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning"
+)
 @HYPOTHESIS
-@given(rows=logs(extreme=True), method=st.sampled_from(METHODS), norm=st.sampled_from(["std", "mean"]),
-       steps=st.booleans(), scope=st.sampled_from(["trajectory", "group", "batch"]))
+@given(
+    rows=logs(extreme=True),
+    method=st.sampled_from(METHODS),
+    norm=st.sampled_from(["std", "mean"]),
+    steps=st.booleans(),
+    scope=st.sampled_from(["trajectory", "group", "batch"]),
+)
 def test_no_nan_or_inf_with_extreme_values(rows, method, norm, steps, scope):
     """Any finite rewards (up to ±1.8e308, subnormals) and NLLs up to 1e6: the code either
     writes finite numbers everywhere or refuses with a GacaError (overflow); never NaN/inf."""

@@ -91,6 +91,7 @@ def write_log(path: Path, rows: dict[str, list], types: dict[str, pa.DataType] |
 
 # --------------------------------------------------------------------------- the cases
 
+
 def _drop(*names: str) -> Callable[[dict], dict]:
     def mutate(rows: dict) -> dict:
         for n in names:
@@ -145,10 +146,42 @@ CASES = [
     ("type-reward-string", _stringify("reward"), {"reward": pa.string()}, "grpo", "reward", "not usable", []),
     ("type-step_idx-float", lambda r: r, {"step_idx": pa.float64()}, "grpo", "step_idx", "not usable", []),
     ("type-done-string", _stringify("done"), {"done": pa.string()}, "grpo", "done", "not usable", []),
-    ("type-episode_reward-string", _stringify("episode_reward"), {"episode_reward": pa.string()}, "grpo", "episode_reward", "not usable", []),
-    ("type-behavior_logprobs-string", _stringify("behavior_logprobs"), {"behavior_logprobs": pa.string()}, "grpo", "behavior_logprobs", "not usable", []),
-    ("type-action_token_ids-string", _stringify("action_token_ids"), {"action_token_ids": pa.string()}, "grpo", "action_token_ids", "not usable", []),
-    ("type-anchor_obs-int", lambda r: {**r, "anchor_obs": list(range(10))}, {"anchor_obs": pa.int64()}, "gigpo", "anchor_obs", "not usable", []),
+    (
+        "type-episode_reward-string",
+        _stringify("episode_reward"),
+        {"episode_reward": pa.string()},
+        "grpo",
+        "episode_reward",
+        "not usable",
+        [],
+    ),
+    (
+        "type-behavior_logprobs-string",
+        _stringify("behavior_logprobs"),
+        {"behavior_logprobs": pa.string()},
+        "grpo",
+        "behavior_logprobs",
+        "not usable",
+        [],
+    ),
+    (
+        "type-action_token_ids-string",
+        _stringify("action_token_ids"),
+        {"action_token_ids": pa.string()},
+        "grpo",
+        "action_token_ids",
+        "not usable",
+        [],
+    ),
+    (
+        "type-anchor_obs-int",
+        lambda r: {**r, "anchor_obs": list(range(10))},
+        {"anchor_obs": pa.int64()},
+        "gigpo",
+        "anchor_obs",
+        "not usable",
+        [],
+    ),
     ("null-reward", _set("reward", "t1", 1, None), {}, "grpo", "reward", "null", ["(t1, 1)"]),
     ("null-group_id", _set("group_id", "t2", 0, None), {}, "grpo", "group_id", "null", ["(t2, 0)"]),
     ("null-anchor_obs", _set("anchor_obs", "t1", 1, None), {}, "gigpo", "anchor_obs", "null", ["(t1, 1)"]),
@@ -164,12 +197,36 @@ CASES = [
         "finite",
         ["(t3, 0)", "(t3, 1)"],
     ),
-    ("nan-episode_reward", _set("episode_reward", "t2", 1, float("nan")), {}, "grpo", "episode_reward", "finite", ["(t2, 1)"]),
+    (
+        "nan-episode_reward",
+        _set("episode_reward", "t2", 1, float("nan")),
+        {},
+        "grpo",
+        "episode_reward",
+        "finite",
+        ["(t2, 1)"],
+    ),
     ("duplicate-step", _steps("t0", [0, 1, 1]), {}, "grpo", "step_idx", "unique", ["(t0, 1)"]),
     ("gap", _steps("t1", [0, 1, 3]), {}, "grpo", "step_idx", "no gap", ["(t1, 3)"]),
     ("negative-step", _steps("t2", [-1, 0]), {}, "grpo", "step_idx", "0..T-1", ["(t2, -1)"]),
-    ("two-groups", _set("group_id", "t1", 2, "g1"), {}, "grpo", "group_id", "exactly one group_id", ["(t1, 0)", "(t1, 1)", "(t1, 2)"]),
-    ("episode_reward-varies", _set("episode_reward", "t0", 1, 0.5), {}, "grpo", "episode_reward", "constant", ["(t0, 1)"]),
+    (
+        "two-groups",
+        _set("group_id", "t1", 2, "g1"),
+        {},
+        "grpo",
+        "group_id",
+        "exactly one group_id",
+        ["(t1, 0)", "(t1, 1)", "(t1, 2)"],
+    ),
+    (
+        "episode_reward-varies",
+        _set("episode_reward", "t0", 1, 0.5),
+        {},
+        "grpo",
+        "episode_reward",
+        "constant",
+        ["(t0, 1)"],
+    ),
     ("done-twice", _done("t0", [False, True, True]), {}, "grpo", "done", "last step", ["(t0, 1)"]),
     ("done-not-last", _done("t1", [True, False, False]), {}, "grpo", "done", "last step", ["(t1, 0)"]),
     (
@@ -224,7 +281,9 @@ def test_base_log_is_clean(tmp_path):
     """The base log passes every check (so each case below breaks exactly its own rule)."""
     log = write_log(tmp_path / "ok.parquet", base_rows())
     for method in ("grpo", "gigpo", "gaca"):
-        res = runner.invoke(app, ["advantages", str(log), "--method", method, "-o", str(tmp_path / f"{method}.parquet")])
+        res = runner.invoke(
+            app, ["advantages", str(log), "--method", method, "-o", str(tmp_path / f"{method}.parquet")]
+        )
         assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["validate", str(log), "--for", "advantages:gaca"])
     assert res.exit_code == 0, res.output
@@ -340,6 +399,7 @@ def test_rows_name_the_file_that_holds_them(tmp_path):
 
 # --------------------------------------------------------------------------- unreadable inputs
 
+
 def _text_file(tmp_path: Path) -> list[str]:
     p = tmp_path / "notes.parquet"
     p.write_text("group_id,traj_id\nthis is not parquet\n")
@@ -401,6 +461,7 @@ def test_unreadable_input(tmp_path, make, rule, command):
 
 # --------------------------------------------------------------------------- a real process
 
+
 def gaca_command() -> list[str]:
     exe = Path(sys.executable).with_name("gaca")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "gaca_cli"]
@@ -428,6 +489,7 @@ def test_real_process_reports_one_error_line(tmp_path):
 
 
 # --------------------------------------------------------------------------- warnings
+
 
 def warning_rows() -> dict[str, list]:
     """g0: t0 starts in "hall", t1 in "cellar", t3 in "room 0" (differing step-0 anchors);
@@ -483,6 +545,7 @@ def test_clean_log_has_zero_warnings(tmp_path):
 
 
 # --------------------------------------------------------------------------- validate lists every rule
+
 
 def test_validate_lists_every_broken_rule(tmp_path):
     """Four independent rules broken at once: validate names all four, with their rows."""
@@ -546,7 +609,9 @@ def test_validate_map_reports_original_names(tmp_path):
     rows = _set("reward", "t0", 0, float("nan"))(base_rows())
     rows["r"] = rows.pop("reward")
     log = write_log(tmp_path / "bad.parquet", rows, {"r": pa.float64()})
-    res = runner.invoke(app, ["advantages", str(log), "--map", "reward=r", "--method", "grpo", "-o", str(tmp_path / "o.parquet")])
+    res = runner.invoke(
+        app, ["advantages", str(log), "--map", "reward=r", "--method", "grpo", "-o", str(tmp_path / "o.parquet")]
+    )
     assert res.exit_code == 1
     assert_one_error_line(res.stderr, "column 'r'", "(t0, 0)")
 
@@ -588,4 +653,6 @@ def test_compiled_index_matches_numpy(seed, canonical):
     assert (compiled_run.index is None) == (plain_run.index is None)
     if plain_run.index is not None:
         for name in ("order", "traj", "traj_start", "traj_len", "traj_group", "canonical_start"):
-            np.testing.assert_array_equal(getattr(compiled_run.index, name), getattr(plain_run.index, name), strict=True)
+            np.testing.assert_array_equal(
+                getattr(compiled_run.index, name), getattr(plain_run.index, name), strict=True
+            )

@@ -14,8 +14,22 @@ import pytest
 
 from gaca_cli.log.grouping import sort_order, sorted_distinct
 
-POOL = ["", "a", "a\x00", "ab", "abcdefgh", "abcdefghi", "abcdefgh\x00", "é", "zz", "\U0001f600",
-        "abcdefghabcdefgh", "abcdefghabcdefgh1", "\xff", "ÿ"]
+POOL = [
+    "",
+    "a",
+    "a\x00",
+    "ab",
+    "abcdefgh",
+    "abcdefghi",
+    "abcdefgh\x00",
+    "é",
+    "zz",
+    "\U0001f600",
+    "abcdefghabcdefgh",
+    "abcdefghabcdefgh1",
+    "\xff",
+    "ÿ",
+]
 
 
 def random_values(rng: random.Random, n: int) -> list[str]:
@@ -34,8 +48,9 @@ def test_matches_pyarrow(seed):
     rng = random.Random(seed)
     values = random_values(rng, rng.randint(0, 60))
     for typ in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
-        arr = pa.array([v.encode() if pa.types.is_binary(typ) or pa.types.is_large_binary(typ) else v for v in values],
-                       type=typ)
+        arr = pa.array(
+            [v.encode() if pa.types.is_binary(typ) or pa.types.is_large_binary(typ) else v for v in values], type=typ
+        )
         if len(arr) > 2 and seed % 3 == 0:
             arr = arr.slice(1, len(arr) - 2)
         check(arr)
