@@ -1,15 +1,18 @@
-"""Compiled loops (numba) for the passes over every row that numpy would split into many
-full-array temporaries.
+"""Compiled twins (numba) of the passes over every row, for large logs (see _compiled.py).
 
-Each kernel does the same floating-point operations, in the same order, as the plain numpy
-expression in its docstring, so results are bit for bit those of the numpy formulation
-(numba does not reorder float arithmetic unless asked to with fastmath, which is not used
-here; error_model="numpy" gives IEEE inf/NaN instead of ZeroDivisionError). The slow twins
-in tests/advantages/reference.py check the maths; tests/advantages/test_kernels.py checks each kernel against its
-numpy formulation. Kernels are compiled on first use and cached next to this file (or in
-numba's user cache when that is not writable); importing numba and loading the cache takes
-about a second, which `gaca advantages` overlaps with reading the log (`warm_up`), and which
-commands that only check a log never pay (they do not use these kernels).
+The numpy code in estimators.py, step_groups.py and summary.py defines every number; each
+kernel here names the function it stands in for and does the same floating-point operations
+in the same order, so it gives the same bits (numba does not reorder float arithmetic unless
+asked to with fastmath, which is not used here; error_model="numpy" gives IEEE inf/NaN
+instead of ZeroDivisionError). tests/advantages/test_kernels.py compares every kernel with
+its numpy definition, bit for bit. What the loops buy: no sort where the numpy code sorts
+(step groups by hash, values ordered within small groups by insertion), no full-array
+temporaries, and walks through `rows` instead of gathers.
+
+Kernels that walk trajectories take `rows`: the rows of each trajectory in step order,
+trajectories one after another (TrajectoryIndex.order; empty when it is the identity), with
+each trajectory's `traj_start` and `traj_len` in it. They are compiled on first use and cached
+next to this file (or in numba's user cache when that is not writable); `warm_up` loads them.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ jit = njit(cache=True, nogil=True, error_model="numpy")
 def discounted_returns(
     reward: np.ndarray, rows: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, gamma: float
 ) -> np.ndarray:
-    """G_t = r_t + γ·G_{t+1} backwards within each trajectory, G = r at its last step.
+    """estimators.discounted_returns: G_t = r_t + γ·G_{t+1} backwards within each trajectory,
+    G = r at its last step.
 
     reward: float64 [N] per row; rows: int64 [N] the rows of each trajectory in step order,
     trajectories one after another (empty: the rows are already in that order); traj_start,
@@ -118,12 +122,8 @@ def group_moments(xs: np.ndarray, a: int, b: int, dev: np.ndarray) -> tuple[floa
 def shifted_moments(
     xs: np.ndarray, count: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Shifted two-pass moments of consecutive groups of xs (group c holds count[c] values).
-
-    With cs the group of each value and lo/hi the group minimum/maximum, this is exactly
-        shifted = xs − lo[cs];  mean = bincount(cs, shifted) / count
-        dev = shifted − mean[cs];  m2 = bincount(cs, dev·dev)
-    and, for groups whose m2 overflowed, scale = max |dev| and m2 = Σ (dev / scale)².
+    """estimators.shifted_moments: two-pass moments of consecutive groups of xs (group c holds
+    count[c] values), `group_moments` group by group.
     Returns (dev float64 [M], m2, scale, lo, hi float64 [n_codes]); empty groups get 0."""
     n_codes = len(count)
     dev = np.empty_like(xs)
@@ -144,7 +144,7 @@ def shifted_moments(
 def normalize_in_groups(
     values: np.ndarray, codes: np.ndarray, n_codes: int, normalize_by_std: bool, eps: float
 ) -> tuple[np.ndarray, int, int]:
-    """norm(x) within each group, from `shifted_moments` over the values in `group_order`:
+    """estimators.normalize_in_groups, from `shifted_moments` over the values in `group_order`:
         out = dev / (scale·sqrt(m2 / (count − 1)) + eps)   (normalize_by_std)
         out = dev                                          (otherwise)
     and 0 for groups of one value and groups whose values are all equal. Groups of one value
@@ -181,8 +181,14 @@ def normalize_in_groups(
 
 
 @jit
-def scatter_normalized(out: np.ndarray, targets: np.ndarray, sorted_values: np.ndarray, count: np.ndarray,
-                       normalize_by_std: bool, eps: float) -> int:
+def scatter_normalized(
+    out: np.ndarray,
+    targets: np.ndarray,
+    sorted_values: np.ndarray,
+    count: np.ndarray,
+    normalize_by_std: bool,
+    eps: float,
+) -> int:
     """Normalise groups laid out one after another (`count` values each, ascending within a
     group, from `group_order`) and write position i's result to out[targets[i]]: (x − mean) /
     (std + eps) with ddof = 1, or x − mean, from `shifted_moments`; a constant group is left as
@@ -230,98 +236,9 @@ def largest_group(walk: np.ndarray, traj_group: np.ndarray, traj_len: np.ndarray
 
 
 @jit
-def normalize_step_groups(
-    values: np.ndarray,
-    codes: np.ndarray,
-    n_codes: int,
-    rows: np.ndarray,
-    traj_start: np.ndarray,
-    traj_len: np.ndarray,
-    traj_group: np.ndarray,
-    walk: np.ndarray,
-    normalize_by_std: bool,
-    eps: float,
-) -> tuple[bool, np.ndarray, np.ndarray, int, int]:
-    """`normalize_in_groups` for step groups, one episode group at a time: the same values per
-    row, bit for bit, but every group's work stays in a few small buffers, so the pass is
-    local in memory.
-
-    Walks the episode groups in the order of `walk` (trajectories grouped by episode group,
-    see `step_groups_by_hash`). Each group's codes must lie in a range no wider than its rows,
-    and no code may occur in two groups (both are checked; step groups never span episode
-    groups). values: float64 [N] per row; codes: int64 [N] per row in 0..n_codes−1; rows,
-    traj_*: see `discounted_returns`. Returns (the codes were so (else nothing else is valid and
-    the caller uses `normalize_in_groups`), out float64 [N], size int64 [N] rows in each row's
-    step group, singleton groups, constant groups of two or more)."""
-    n = len(values)
-    n_traj = len(traj_start)
-    identity = len(rows) == 0
-    out = np.zeros(n)
-    size = np.empty(n, dtype=np.int64)
-    biggest = largest_group(walk, traj_group, traj_len)
-    claimed = np.zeros(n_codes, dtype=np.bool_)
-    count = np.zeros(max(biggest, 1), dtype=np.int64)
-    shared = np.empty(max(biggest, 1), dtype=np.int64)
-    member_row = np.empty(max(biggest, 1), dtype=np.int64)
-    member_code = np.empty(max(biggest, 1), dtype=np.int64)
-    member_value = np.empty(max(biggest, 1))
-    n_singleton = 0
-    n_constant = 0
-    i = 0
-    while i < n_traj:
-        j, total = group_end(walk, traj_group, traj_len, i)
-        lo = n_codes
-        hi = -1
-        for q in range(i, j):
-            t = walk[q]
-            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
-                c = codes[p if identity else rows[p]]
-                lo = min(lo, c)
-                hi = max(hi, c)
-        if hi - lo >= total:
-            return False, out, size, 0, 0
-        for q in range(i, j):
-            t = walk[q]
-            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
-                count[codes[p if identity else rows[p]] - lo] += 1
-        n_shared = 0
-        for c in range(hi - lo + 1):
-            if count[c] > 0:
-                if claimed[lo + c]:  # the code also occurs in an earlier group
-                    return False, out, size, 0, 0
-                claimed[lo + c] = True
-            if count[c] == 1:
-                n_singleton += 1
-            if count[c] >= 2:
-                shared[c] = n_shared
-                n_shared += 1
-        m = 0
-        for q in range(i, j):
-            t = walk[q]
-            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
-                r = p if identity else rows[p]
-                c = codes[r] - lo
-                size[r] = count[c]
-                if count[c] >= 2:
-                    member_row[m] = r
-                    member_code[m] = shared[c]
-                    member_value[m] = values[r]
-                    m += 1
-        if m:
-            sub, sub_count = group_order(member_code[:m], member_value[:m], n_shared)
-            n_constant += scatter_normalized(out, member_row[:m][sub], member_value[:m][sub], sub_count,
-                                             normalize_by_std, eps)
-        for c in range(hi - lo + 1):
-            count[c] = 0
-        i = j
-    return True, out, size, n_singleton, n_constant
-
-
-@jit
-def standardize_in_scopes(
-    values: np.ndarray, codes: np.ndarray, n_codes: int, floor: float
-) -> tuple[np.ndarray, int]:
-    """z = dev / std0 within each scope, std0 = scale·sqrt(m2 / count) (ddof = 0), from
+def standardize_in_scopes(values: np.ndarray, codes: np.ndarray, n_codes: int, floor: float) -> tuple[np.ndarray, int]:
+    """estimators.standardize_in_scopes: z = dev / std0 within each scope,
+    std0 = scale·sqrt(m2 / count) (ddof = 0), from
     `shifted_moments` over the non-NaN values visited in `group_order` (ascending value, so
     the order of rows does not matter); z = 0 where std0 < floor and where u is NaN. Returns
     (z float64 [N], number of scopes with values whose std0 < floor)."""
@@ -356,9 +273,9 @@ def standardize_in_scopes(
 def standardize_in_trajectories(
     values: np.ndarray, rows: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, floor: float
 ) -> tuple[np.ndarray, int]:
-    """`standardize_in_scopes` with one scope per trajectory, its values visited in step order
-    (`rows`, see `discounted_returns`), one trajectory at a time in a small buffer: the same z,
-    bit for bit. Returns (z float64 [N] per row, trajectories with values whose std0 < floor)."""
+    """estimators.standardize_in_trajectories: `standardize_in_scopes` with one scope per
+    trajectory, its values visited in step order (`rows`), one trajectory at a time in a small
+    buffer. Returns (z float64 [N] per row, trajectories with values whose std0 < floor)."""
     identity = len(rows) == 0
     z = np.zeros(len(values))
     longest = 1
@@ -389,40 +306,6 @@ def standardize_in_trajectories(
 
 
 @jit
-def gaca_blend(
-    z: np.ndarray,
-    step_group_size: np.ndarray,
-    adv_episode: np.ndarray,
-    adv_step: np.ndarray,
-    gigpo_advantage: np.ndarray,
-    lam_bar: float,
-    beta: float,
-    lam_min: float,
-    lam_max: float,
-    omega: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """λ and A of estimators.gaca in one pass, the float operations of its numpy form:
-        λ = clip(λ̄ + β·z, λ_min, λ_max), λ̄ where the step group is a singleton;
-        A = A_gigpo + ((1 + ω)·(λ − λ̄))·(A^S − A^E).
-    Returns (λ, A) float64 [N]."""
-    n = len(z)
-    lam = np.empty(n)
-    adv = np.empty(n)
-    weight = 1.0 + omega
-    for i in range(n):
-        x = lam_bar + beta * z[i]
-        if x < lam_min:  # np.clip: maximum(x, λ_min), then minimum(·, λ_max)
-            x = lam_min
-        if x > lam_max:
-            x = lam_max
-        if step_group_size[i] == 1:
-            x = lam_bar
-        lam[i] = x
-        adv[i] = gigpo_advantage[i] + (weight * (x - lam_bar)) * (adv_step[i] - adv_episode[i])
-    return lam, adv
-
-
-@jit
 def step_groups_by_hash(
     hashes: np.ndarray,
     rows: np.ndarray,
@@ -433,8 +316,9 @@ def step_groups_by_hash(
     walk: np.ndarray,
     group_rank: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step groups from anchor hashes: rows of one episode group with equal hashes share a
-    code, numbered by first appearance in canonical order (the step_group_id written out).
+    """step_groups.hash_codes: rows of one episode group with equal hashes share a code,
+    numbered by first appearance in canonical order (the step_group_id written out); and the
+    pairs of rows to compare exactly.
 
     The episode groups are taken one at a time, in the order of `walk` (trajectories grouped by
     episode group, each group's in canonical order: groups in the order the file holds them,
@@ -503,8 +387,8 @@ def step_groups_by_hash(
                     pair_rows[m] = row
                     pair_reps[m] = rep[c]
                     m += 1
-        for s in range(width):
-            slot_code[s] = -1
+        for slot in range(width):
+            slot_code[slot] = -1
         codes_in_group[g] = k
         i = j
     by_rank = np.empty(n_groups, dtype=np.int64)
@@ -521,39 +405,12 @@ def step_groups_by_hash(
 
 
 @jit
-def renumber_by_first_position(codes: np.ndarray, position: np.ndarray, n_codes: int) -> np.ndarray:
-    """Codes renumbered 0..K'−1 in order of each code's smallest `position` (a permutation of
-    0..N−1): the numbering a reader sees walking the rows in that order. Unused codes are
-    skipped. codes: int64 [N] in 0..n_codes−1. Returns int64 [N]."""
-    n = len(codes)
-    first = np.full(n_codes, n, dtype=np.int64)
-    for i in range(n):
-        c = codes[i]
-        if position[i] < first[c]:
-            first[c] = position[i]
-    owner = np.full(n, -1, dtype=np.int64)  # position -> the code first seen there
-    for c in range(n_codes):
-        if first[c] < n:
-            owner[first[c]] = c
-    new = np.empty(n_codes, dtype=np.int64)
-    k = 0
-    for pos in range(n):
-        if owner[pos] >= 0:
-            new[owner[pos]] = k
-            k += 1
-    out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        out[i] = new[codes[i]]
-    return out
-
-
-@jit
 def trajectory_sums(
     x: np.ndarray, u: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The second, centred pass of the summary's correlation: per trajectory, in step order
-    (`rows`, see `discounted_returns`), over the steps where u is not NaN, the sums of
-    (x − mx)², (u − mu)² and (x − mx)(u − mu); `trajectory_summary` gives the first pass.
+    """summary.centred_sums: the second pass of the summary's correlation, per trajectory, in
+    step order (`rows`), over the steps where u is not NaN: the sums of (x − mx)², (u − mu)²
+    and (x − mx)(u − mu).
     Returns three float64 [T] arrays (sxx, suu, sxu)."""
     identity = len(rows) == 0
     n_traj = len(start)
@@ -574,12 +431,17 @@ def trajectory_sums(
 
 @jit
 def trajectory_summary(
-    adv_episode: np.ndarray, adv_step: np.ndarray, step_weight: float, lam: np.ndarray, u: np.ndarray,
-    rows: np.ndarray, start: np.ndarray, length: np.ndarray,
+    adv_episode: np.ndarray,
+    adv_step: np.ndarray,
+    step_weight: float,
+    lam: np.ndarray,
+    u: np.ndarray,
+    rows: np.ndarray,
+    start: np.ndarray,
+    length: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The run summary's per-trajectory sums in one pass, each added in step order (`rows`, see
-    `discounted_returns`): Σ |A^E|, Σ |ω·A^S|, Σ λ, and over the steps where u is not NaN
-    Σ λ, Σ u and their number (the correlation's first pass; `trajectory_sums` is the second).
+    """summary.trajectory_sums in one pass, each sum added in step order (`rows`): Σ |A^E|,
+    Σ |ω·A^S|, Σ λ, and over the steps where u is not NaN Σ λ, Σ u and their number.
     `lam` and `u` may be empty (no λ: those sums are 0). Returns six float64 [T] arrays."""
     identity = len(rows) == 0
     with_lam = len(lam) > 0
@@ -604,23 +466,6 @@ def trajectory_summary(
     return abs_e, abs_s, lam_sum, sx, su, count
 
 
-@jit
-def trajectory_totals(x: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray, scale: float,
-                      absolute: bool) -> np.ndarray:
-    """Per-trajectory sums of scale·x (|scale·x| when `absolute`), added in step order (`rows`,
-    see `discounted_returns`), so they do not depend on the order of rows in the file.
-    Returns float64 [T]."""
-    identity = len(rows) == 0
-    out = np.zeros(len(start))
-    for t in range(len(start)):
-        acc = 0.0
-        for i in range(start[t], start[t] + length[t]):
-            v = scale * x[i if identity else rows[i]]
-            acc += abs(v) if absolute else v
-        out[t] = acc
-    return out
-
-
 def warm_up() -> None:
     """Compile (the first time) or load every kernel's machine code, calling each with tiny
     inputs of the types the library passes. `gaca advantages` runs this in a background
@@ -636,17 +481,17 @@ def warm_up() -> None:
     f_read_only.flags.writeable = i_read_only.flags.writeable = False
     for rewards in (f, f_read_only):
         discounted_returns(rewards, none, start, length, 0.5)
-        trajectory_totals(rewards, none, start, length, 1.0, True)
     for steps in (i, i_read_only):
         trajectory_index(i, steps, i, np.zeros(0, dtype=np.bool_), f[:0], 1)
         trajectory_index(i, steps, i, np.zeros(2, dtype=np.bool_), f, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
-    normalize_step_groups(f, i, 1, none, start, length, start, start, True, 1e-6)
     standardize_in_scopes(f, i, 1, 1e-8)
     standardize_in_trajectories(f, none, start, length, 1e-8)
-    gaca_blend(f, i, f, f, f, 0.5, 0.1, 0.0, 1.0, 1.0)
-    step_groups_by_hash(np.zeros(2, dtype=np.uint64), none, start, length, start, i, start, start)
-    renumber_by_first_position(i, np.arange(2, dtype=np.int64), 1)
+    hashes = np.zeros(2, dtype=np.uint64)
+    hashes_read_only = hashes.copy()
+    hashes_read_only.flags.writeable = False
+    for h in (hashes, hashes_read_only):  # polars hands hashes over writable, other readers read-only
+        step_groups_by_hash(h, none, start, length, start, i, start, start)
     trajectory_sums(f, f, none, start, length, 0.0, 0.0)
     trajectory_summary(f, f, 1.0, f, f, none, start, length)
     trajectory_summary(f, f, 1.0, f[:0], f[:0], none, start, length)

@@ -1,15 +1,22 @@
 """Advantage estimators: GRPO, GiGPO and GACA (docs/estimators.md).
 
-Pure maths on aligned numpy arrays: no files, no printing, no randomness. Every estimator
-has the same signature, `(StepArrays, AdvantagesConfig) -> Advantages`, and `ESTIMATORS` maps
-method names to them (the command line's choices come from that dict).
+Pure maths on numpy arrays: no files, no printing, no randomness. Every estimator has the
+same signature, `(Rollouts, AdvantagesConfig) -> Advantages`, and `ESTIMATORS` maps method
+names to them (the command line's choices come from that dict).
 
-Precision. Group statistics use a shifted two-pass algorithm: values are shifted by the
-group minimum (exact for near-equal values, Sterbenz), the mean of the shifted values is
-taken, and the squared deviations are summed in a second pass. All sums within a group run
-over the values in ascending order, so the result depends only on the multiset of values:
-shuffling rows or renaming ids cannot change a single bit. The passes over every row run as
-compiled loops (gaca_cli.advantages._kernels) doing exactly these operations in this order.
+Layout. Per-row arrays are in the file's order. Sums along a trajectory run over its steps in
+step order, through the row index (`TrajectoryIndex.in_step_order`); group statistics visit a
+group's values in ascending order. So the results depend only on the log's content: shuffling
+its rows or renaming its ids cannot change a single bit.
+
+Precision. Group statistics use a shifted two-pass algorithm (`shifted_moments`): values are
+shifted by the group minimum (exact for near-equal values, Sterbenz), the mean of the shifted
+values is taken, and the squared deviations are summed in a second pass.
+
+Large logs. A building block that passes over every row first hands a large log to its
+compiled twin (gaca_cli.advantages._kernels, chosen by gaca_cli.advantages._compiled), which
+does the same float operations in the same order: the same bits, sooner. The numpy code that
+follows each such hand-over is the definition.
 """
 
 from __future__ import annotations
@@ -19,48 +26,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gaca_cli.advantages import _compiled
 from gaca_cli.advantages.config import EPS, Z_STD_FLOOR, AdvantagesConfig
+from gaca_cli.log.index import TrajectoryIndex
 
 
 @dataclass(frozen=True)
-class StepArrays:
-    """One log, one entry per row, rows in any order (the file's); `rows` lists each
-    trajectory's rows in step order, so sums over a trajectory run in step order and nothing
-    depends on the order of rows in the file.
+class Rollouts:
+    """What every estimator reads: one log's per-row inputs, rows in the file's order, and the
+    index that walks each trajectory's rows in step order (N rows, T trajectories, G groups).
 
-    rows:           int64 [N]  the rows of each trajectory in step order, trajectories one
-                               after another (empty: the rows are already in that order)
-    traj_start:     int64 [T]  where each trajectory starts in `rows`
-    traj_len:       int64 [T]  its number of steps
-    traj:           int64 [N]  trajectory code of each row, 0..T-1
-    traj_group:     int64 [T]  episode-group code of each trajectory, 0..G-1
-    walk:           int64 [T]  the trajectories grouped by episode group (grouping.group_walk)
+    index:          the row index (gaca_cli.log.index.TrajectoryIndex)
     reward:         float64 [N] per-step reward r_t
     episode_reward: float64 [T] logged R(τ), or None to use Σ_t r_t
-    step_group:     int64 [N]  step-group code (same episode group and anchor), or None
+    step_group:     int64 [N]   step-group code (same episode group and anchor), or None
     criticality:    float64 [N] u_t (action NLL), NaN where the step has no action tokens
     """
 
-    rows: np.ndarray
-    traj_start: np.ndarray
-    traj_len: np.ndarray
-    traj: np.ndarray
-    traj_group: np.ndarray
-    walk: np.ndarray
-    n_groups: int
+    index: TrajectoryIndex
     reward: np.ndarray
     episode_reward: np.ndarray | None = None
     step_group: np.ndarray | None = None
     criticality: np.ndarray | None = None
 
-    @property
-    def n_traj(self) -> int:
-        return len(self.traj_group)
-
 
 @dataclass(frozen=True)
 class Advantages:
-    """Per-row outputs (float64 [N], rows as in StepArrays) and diagnostic counts."""
+    """Per-row outputs (float64 [N], rows in the file's order) and diagnostic counts."""
 
     advantage: np.ndarray
     return_to_go: np.ndarray
@@ -75,16 +67,66 @@ class Advantages:
 # --------------------------------------------------------------------------- building blocks
 
 
-def discounted_returns(arrays: StepArrays, gamma: float) -> np.ndarray:
+def discounted_returns(reward: np.ndarray, index: TrajectoryIndex, gamma: float) -> np.ndarray:
     """G_t = Σ_{k≥t} γ^{k−t} r_k within each trajectory (Eq. 5).
 
-    Computed backwards as G_t = r_t + γ·G_{t+1} (G = r at the last step), the same
-    arithmetic as a plain loop (kernels.discounted_returns). Returns float64 [N] per row.
+    Computed backwards as G_t = r_t + γ·G_{t+1} from G = r at the last step, the arithmetic of
+    a plain loop, for every trajectory at once: pass k sets the k-th step from the end of each
+    trajectory longer than k. reward: float64 [N] per row. Returns float64 [N] per row.
     """
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
+    if kernels := _compiled.kernels(index.n_rows):
+        return kernels.discounted_returns(_f64(reward), index.rows_or_empty, index.traj_start, index.traj_len, gamma)
+    r = index.in_step_order(reward)
+    g = np.empty_like(r, dtype=np.float64)
+    by_length = np.argsort(-index.traj_len, kind="stable")  # longest first
+    length = index.traj_len[by_length]
+    last = (index.traj_start + index.traj_len - 1)[by_length]  # position of each last step
+    g[last] = r[last]
+    longest = int(length[0]) if len(length) else 0
+    n_longer = np.searchsorted(-length, -np.arange(longest), side="left")  # trajectories longer than k
+    with np.errstate(over="ignore"):  # huge rewards overflow to inf; the run refuses them
+        for k in range(1, longest):
+            at = last[: n_longer[k]] - k
+            g[at] = r[at] + gamma * g[at + 1]
+    return index.in_file_order(g)
 
-    reward = np.ascontiguousarray(arrays.reward, dtype=np.float64)
-    return kernels.discounted_returns(reward, arrays.rows, arrays.traj_start, arrays.traj_len, float(gamma))
+
+def shifted_moments(
+    xs: np.ndarray, count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Two-pass moments of consecutive groups of xs: group c holds the next count[c] values.
+
+    With lo and hi the group's minimum and maximum:
+        shifted = x − lo;  mean = Σ shifted / count;  dev = shifted − mean;  m2 = Σ dev²
+    every sum running through the group in the order given. Where the squares overflow
+    (|dev| beyond ~1e154), scale = max |dev| and m2 = Σ (dev / scale)², else scale = 1.
+    ±inf and NaN propagate as IEEE arithmetic says.
+
+    xs: float64 [M]; count: int64 [K]. Returns (dev float64 [M]; m2, scale, lo, hi float64
+    [K]); an empty group has m2 = lo = hi = 0.
+    """
+    k = len(count)
+    group = np.repeat(np.arange(k, dtype=np.int64), count)
+    used = count > 0
+    start = (np.cumsum(count) - count)[used]
+    lo, hi = np.zeros(k), np.zeros(k)
+    if len(xs):
+        lo[used] = np.minimum.reduceat(xs, start)
+        hi[used] = np.maximum.reduceat(xs, start)
+    with np.errstate(all="ignore"):
+        shifted = xs - lo[group]
+        mean = np.bincount(group, shifted, minlength=k) / count
+        dev = shifted - mean[group]
+        m2 = np.bincount(group, dev * dev, minlength=k).astype(np.float64, copy=False)
+        scale = np.ones(k)
+        big = ~np.isfinite(m2)
+        if big.any():
+            peak = np.zeros(k)
+            np.maximum.at(peak, group, np.abs(dev))
+            scale[big] = peak[big]
+            ratio = dev / scale[group]
+            m2[big] = np.bincount(group, ratio * ratio, minlength=k)[big]
+    return dev, m2, scale, lo, hi
 
 
 def normalize_in_groups(
@@ -93,16 +135,30 @@ def normalize_in_groups(
     """norm(x) within each group: (x − mean) / (std + ε) with std unbiased (ddof = 1), or
     x − mean. Groups of size 1 and groups whose values are all equal give 0.
 
-    values: float64 [M]; codes: int64 [M] in 0..n_codes−1. Returns (float64 [M], number of
-    singleton groups, number of constant groups of size ≥ 2). Computed in one compiled pass
-    (kernels.normalize_in_groups).
+    Each group's values are visited in ascending order (`shifted_moments`). values: float64
+    [M]; codes: int64 [M] in 0..n_codes−1. Returns (float64 [M], number of singleton groups,
+    number of constant groups of size ≥ 2).
     """
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    out, n_singleton, n_constant = kernels.normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
-    return out, int(n_singleton), int(n_constant)
+    if kernels := _compiled.kernels(len(values)):
+        out, n_singleton, n_constant = kernels.normalize_in_groups(
+            _f64(values), _i64(codes), n_codes, normalize_by_std, EPS
+        )
+        return out, int(n_singleton), int(n_constant)
+    order = np.lexsort((values, codes))  # grouped by code, ascending within a group
+    group = codes[order]
+    count = np.bincount(group, minlength=n_codes)
+    dev, m2, scale, lo, hi = shifted_moments(values[order], count)
+    if normalize_by_std:
+        with np.errstate(all="ignore"):
+            std = scale * np.sqrt(m2 / (count - 1))
+            normalized = dev / (std[group] + EPS)
+    else:
+        normalized = dev
+    constant = hi == lo
+    normalized[(count == 1)[group] | constant[group]] = 0.0  # no baseline to compare with
+    out = np.empty(len(values))
+    out[order] = normalized
+    return out, int(np.sum(count == 1)), int(np.sum(constant & (count >= 2)))
 
 
 def standardize_in_scopes(values: np.ndarray, codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, int]:
@@ -110,78 +166,107 @@ def standardize_in_scopes(values: np.ndarray, codes: np.ndarray, n_codes: int) -
     where std0 < 1e-8 (constant or one-value scopes) and where u is NaN (no action tokens;
     such values are left out of the statistics).
 
-    values: float64 [N] (NaN allowed); codes: int64 [N]. Returns (float64 [N], number of
-    scopes with values whose std0 is below the floor). Values are visited in ascending order
-    within a scope, so the order of rows does not matter. One compiled pass
-    (kernels.standardize_in_scopes; per trajectory in step order: standardize_in_trajectories).
+    Each scope's values are visited in ascending order, so the order of rows does not matter.
+    values: float64 [N] (NaN allowed); codes: int64 [N] in 0..n_codes−1. Returns (float64 [N],
+    number of scopes with values whose std0 is below the floor).
     """
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    z, n_flat = kernels.standardize_in_scopes(values, codes, n_codes, Z_STD_FLOOR)
-    return z, int(n_flat)
-
-
-def trajectory_totals(values: np.ndarray, arrays: StepArrays, scale: float = 1.0, absolute: bool = False) -> np.ndarray:
-    """Σ scale·x (or Σ |scale·x|) over each trajectory's steps, added in step order. float64 [T]."""
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    values = np.ascontiguousarray(values, dtype=np.float64)
-    return kernels.trajectory_totals(values, arrays.rows, arrays.traj_start, arrays.traj_len, float(scale), absolute)
+    if kernels := _compiled.kernels(len(values)):
+        z, n_flat = kernels.standardize_in_scopes(_f64(values), _i64(codes), n_codes, Z_STD_FLOOR)
+        return z, int(n_flat)
+    valid = np.flatnonzero(~np.isnan(values))
+    order = valid[np.lexsort((values[valid], codes[valid]))]
+    z, n_flat = _standardize(values[order], np.bincount(codes[order], minlength=n_codes))
+    out = np.zeros(len(values))
+    out[order] = z
+    return out, n_flat
 
 
-def episode_returns(arrays: StepArrays) -> np.ndarray:
-    """R(τ): the logged episode_reward, else Σ_t r_t in step order. float64 [T]."""
-    if arrays.episode_reward is not None:
-        return arrays.episode_reward
-    return trajectory_totals(arrays.reward, arrays)
-
-
-def episode_advantage(arrays: StepArrays, normalize_by_std: bool, stats_over: str) -> tuple[np.ndarray, dict]:
-    """A^E(τ) = norm(R(τ)) over the trajectories of the episode group (Eq. 3), broadcast to
-    every step: float64 [N]. With stats_over="steps" the group's mean/std run over its step
-    rows (each trajectory weighted by its length, as in the verl-agent reference code)."""
-    ret = episode_returns(arrays)
-    if stats_over == "trajectories":
-        per_traj, single, const = normalize_in_groups(ret, arrays.traj_group, arrays.n_groups, normalize_by_std)
-        adv = per_traj[arrays.traj]
-    else:
-        adv, single, const = normalize_in_groups(
-            ret[arrays.traj], arrays.traj_group[arrays.traj], arrays.n_groups, normalize_by_std
+def standardize_in_trajectories(values: np.ndarray, index: TrajectoryIndex) -> tuple[np.ndarray, int]:
+    """`standardize_in_scopes` with one scope per trajectory, its values visited in step order
+    (an order that does not depend on the file's). values: float64 [N] per row (NaN allowed).
+    Returns (z float64 [N] per row, trajectories with values whose std0 is below the floor)."""
+    if kernels := _compiled.kernels(index.n_rows):
+        z, n_flat = kernels.standardize_in_trajectories(
+            _f64(values), index.rows_or_empty, index.traj_start, index.traj_len, Z_STD_FLOOR
         )
+        return z, int(n_flat)
+    u = index.in_step_order(values)
+    valid = np.flatnonzero(~np.isnan(u))
+    z, n_flat = _standardize(u[valid], np.bincount(index.traj[valid], minlength=index.n_traj))
+    out = np.zeros(len(u))
+    out[valid] = z
+    return index.in_file_order(out), n_flat
+
+
+def _standardize(xs: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, int]:
+    """z of consecutive scopes of xs (scope c holds the next count[c] values, none NaN) and the
+    number of non-empty scopes whose std0 is below the floor (their z is 0)."""
+    dev, m2, scale, _, _ = shifted_moments(xs, count)
+    with np.errstate(all="ignore"):
+        std0 = scale * np.sqrt(m2 / count)
+    flat = ~(std0 >= Z_STD_FLOOR)  # below the floor, or no values (NaN)
+    scope = np.repeat(np.arange(len(count), dtype=np.int64), count)
+    z = np.where(flat[scope], 0.0, dev / np.where(flat, 1.0, std0)[scope])
+    return z, int(np.sum(flat & (count > 0)))
+
+
+def trajectory_totals(values: np.ndarray, index: TrajectoryIndex) -> np.ndarray:
+    """Σ x over each trajectory's steps, added in step order. values: float64 [N] per row.
+    Returns float64 [T]."""
+    return np.bincount(index.traj, index.in_step_order(values), minlength=index.n_traj)
+
+
+def episode_returns(rollouts: Rollouts) -> np.ndarray:
+    """R(τ): the logged episode_reward, else Σ_t r_t in step order. float64 [T]."""
+    if rollouts.episode_reward is not None:
+        return rollouts.episode_reward
+    return trajectory_totals(rollouts.reward, rollouts.index)
+
+
+def episode_advantage(rollouts: Rollouts, normalize_by_std: bool, stats_over: str) -> tuple[np.ndarray, dict]:
+    """A^E(τ) = norm(R(τ)) over the trajectories of the episode group (Eq. 3), broadcast to
+    every step: float64 [N] per row. With stats_over="steps" the group's mean/std run over its
+    step rows (each trajectory weighted by its length, as in the verl-agent reference code)."""
+    index = rollouts.index
+    ret = episode_returns(rollouts)
+    if stats_over == "trajectories":
+        per_traj, single, const = normalize_in_groups(ret, index.traj_group, index.n_groups, normalize_by_std)
+        adv = per_traj[index.row_traj]
+    else:
+        row_group = index.traj_group[index.row_traj]
+        adv, single, const = normalize_in_groups(ret[index.row_traj], row_group, index.n_groups, normalize_by_std)
     return adv, {"episode_singleton_groups": single, "episode_constant_groups": const}
 
 
 def step_advantage(
-    arrays: StepArrays, returns_to_go: np.ndarray, normalize_by_std: bool
+    rollouts: Rollouts, returns_to_go: np.ndarray, normalize_by_std: bool
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """A^S_t = norm(G_t) over the step group of the row (Eq. 7); singleton step groups give 0.
     Returns (A^S float64 [N], step-group size int64 [N], diagnostics)."""
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    codes = arrays.step_group
+    codes = rollouts.step_group
     assert codes is not None, "gigpo and gaca need step groups"
     n_codes = int(codes.max()) + 1
-    # episode group by episode group (step groups never span two), local in memory
-    by_group, adv, size, n_singleton, const = kernels.normalize_step_groups(
-        np.ascontiguousarray(returns_to_go, dtype=np.float64), np.ascontiguousarray(codes, dtype=np.int64), n_codes,
-        arrays.rows, arrays.traj_start, arrays.traj_len, arrays.traj_group, arrays.walk, normalize_by_std, EPS,
-    )
-    if not by_group:  # codes that span episode groups: the general pass
-        adv, n_singleton, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
-        size = np.bincount(codes, minlength=n_codes)[codes].astype(np.int64)
-    diag = {"step_groups": n_codes, "step_singleton_groups": int(n_singleton), "step_constant_groups": int(const)}
-    return adv, size, diag
+    adv, single, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
+    size = np.bincount(codes, minlength=n_codes)[codes]
+    diag = {"step_groups": n_codes, "step_singleton_groups": single, "step_constant_groups": const}
+    return adv, size.astype(np.int64, copy=False), diag
+
+
+def gaca_weight(z: np.ndarray, step_group_size: np.ndarray, config: AdvantagesConfig) -> np.ndarray:
+    """λ_t = clip(λ̄ + β·z_t, λ_min, λ_max), and λ̄ = ω/(1+ω) where the step group is a
+    singleton (no step signal to shift weight to). float64 [N]."""
+    lam = np.clip(config.lambda_bar + config.beta * z, config.lambda_min, config.lambda_max)
+    lam[step_group_size == 1] = config.lambda_bar
+    return lam
 
 
 # --------------------------------------------------------------------------- estimators
 
 
-def grpo(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
+def grpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
     """GRPO: A_t = A^E(τ) = norm(R(τ)) over the group's trajectories (Eq. 3); A^S = 0."""
-    rtg = discounted_returns(arrays, config.gamma)
-    adv_e, diag = episode_advantage(arrays, config.normalize_by_std, config.episode_stats)
+    rtg = discounted_returns(rollouts.reward, rollouts.index, config.gamma)
+    adv_e, diag = episode_advantage(rollouts, config.normalize_by_std, config.episode_stats)
     return Advantages(
         advantage=adv_e.copy(),
         return_to_go=rtg,
@@ -191,11 +276,11 @@ def grpo(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
     )
 
 
-def gigpo(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
+def gigpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
     """GiGPO: A_t = A^E(τ) + ω·A^S_t (Eq. 8), with A^S_t = norm(G_t) over the step group."""
-    rtg = discounted_returns(arrays, config.gamma)
-    adv_e, diag = episode_advantage(arrays, config.normalize_by_std, config.episode_stats)
-    adv_s, size, step_diag = step_advantage(arrays, rtg, config.normalize_by_std)
+    rtg = discounted_returns(rollouts.reward, rollouts.index, config.gamma)
+    adv_e, diag = episode_advantage(rollouts, config.normalize_by_std, config.episode_stats)
+    adv_s, size, step_diag = step_advantage(rollouts, rtg, config.normalize_by_std)
     return Advantages(
         advantage=adv_e + config.step_weight * adv_s,
         return_to_go=rtg,
@@ -206,7 +291,7 @@ def gigpo(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
     )
 
 
-def gaca(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
+def gaca(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
     """GACA: criticality-gated blend of the episode and step signals.
 
         z_t = (u_t − mean_scope u) / std0_scope(u)          (0 where std0 < 1e-8 or u is null)
@@ -216,28 +301,18 @@ def gaca(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
     A_t is evaluated in the algebraically equal form A^E + ω·A^S + (1+ω)(λ_t − λ̄)(A^S − A^E),
     so that λ_t = λ̄ (β = 0, singleton step groups) gives GiGPO's A_t bit for bit.
     """
-    base = gigpo(arrays, config)
-    u = arrays.criticality
-    assert u is not None, "gaca needs a criticality score"
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    u = np.ascontiguousarray(u, dtype=np.float64)
-    if config.nll_scope == "trajectory":  # each trajectory's steps in step order (canonical): no sort
-        z, flat_scopes = kernels.standardize_in_trajectories(u, arrays.rows, arrays.traj_start, arrays.traj_len,
-                                                              Z_STD_FLOOR)
-        flat_scopes = int(flat_scopes)
+    base = gigpo(rollouts, config)
+    u, index = rollouts.criticality, rollouts.index
+    assert u is not None and base.step_group_size is not None, "gaca needs a criticality score and step groups"
+    if config.nll_scope == "trajectory":
+        z, flat_scopes = standardize_in_trajectories(u, index)
     elif config.nll_scope == "group":
-        z, flat_scopes = standardize_in_scopes(u, arrays.traj_group[arrays.traj], arrays.n_groups)
+        z, flat_scopes = standardize_in_scopes(u, index.traj_group[index.row_traj], index.n_groups)
     else:
         z, flat_scopes = standardize_in_scopes(u, np.zeros(len(u), dtype=np.int64), 1)
-    assert base.step_group_size is not None
-    # λ and A in one compiled pass, the float operations of
-    #   lam = clip(λ̄ + β·z, λ_min, λ_max); lam[size == 1] = λ̄
-    #   adv = A_gigpo + (1 + ω)·(lam − λ̄)·(A^S − A^E)
-    lam, adv = kernels.gaca_blend(
-        z, base.step_group_size, base.adv_episode, base.adv_step, base.advantage, config.lambda_bar, config.beta,
-        config.lambda_min, config.lambda_max, config.step_weight,
-    )
+    lam = gaca_weight(z, base.step_group_size, config)
+    omega, lam_bar = config.step_weight, config.lambda_bar
+    adv = base.advantage + (1.0 + omega) * (lam - lam_bar) * (base.adv_step - base.adv_episode)
     diag = {**base.diagnostics, "nll_missing": int(np.sum(np.isnan(u))), "nll_flat_scopes": flat_scopes}
     return Advantages(
         advantage=adv,
@@ -251,6 +326,15 @@ def gaca(arrays: StepArrays, config: AdvantagesConfig) -> Advantages:
     )
 
 
-Estimator = Callable[[StepArrays, AdvantagesConfig], Advantages]
+Estimator = Callable[[Rollouts, AdvantagesConfig], Advantages]
 
 ESTIMATORS: dict[str, Estimator] = {"grpo": grpo, "gigpo": gigpo, "gaca": gaca}
+
+
+def _f64(values: np.ndarray) -> np.ndarray:
+    """float64, contiguous: the one array type the compiled loops are loaded for."""
+    return np.ascontiguousarray(values, dtype=np.float64)
+
+
+def _i64(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int64)

@@ -12,18 +12,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import __version__
-from gaca_cli.log import columns as C
-from gaca_cli.log.checks import StepIndex, prepare_log
-from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
-from gaca_cli.errors import GacaError
-from gaca_cli.advantages.estimators import ESTIMATORS, Advantages, StepArrays
+from gaca_cli.advantages import _compiled
 from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.log.grouping import plain
+from gaca_cli.advantages.estimators import ESTIMATORS, Advantages, Rollouts
 from gaca_cli.advantages.step_groups import similarity_key_codes, step_group_codes
+from gaca_cli.advantages.summary import summarize
+from gaca_cli.errors import GacaError
+from gaca_cli.log import columns as C
+from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
+from gaca_cli.log.checks import prepare_log
+from gaca_cli.log.grouping import plain
+from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log
-
-
-#: low-cardinality columns worth dictionary-encoding when the whole table is rewritten
 
 
 @contextlib.contextmanager
@@ -43,6 +43,13 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def warm_up_kernels(n_rows: int) -> None:
+    """Load the compiled loops a log of `n_rows` rows will use (numba's start-up, ~0.5 s), so
+    that a reader can overlap it with reading the log; nothing for a log the numpy code
+    computes (gaca_cli.advantages._compiled)."""
+    _compiled.warm_up(n_rows)
+
+
 @dataclass(frozen=True)
 class AdvantagesRun:
     log: Log  # the input as read (possibly only the columns the method uses)
@@ -50,13 +57,16 @@ class AdvantagesRun:
     metadata: dict[str, str]  # Parquet key/value metadata to write
     summary: dict  # JSON-ready run summary
     result: Advantages  # per-row arrays, rows in the file's order
-    index: StepIndex
+    index: TrajectoryIndex
 
     def result_at(self, rows: np.ndarray) -> Advantages:
         """The per-row arrays of `result` at the given file rows (e.g. another index's order)."""
         arrays = {
-            f.name: (getattr(self.result, f.name)[rows] if isinstance(getattr(self.result, f.name), np.ndarray)
-                     else getattr(self.result, f.name))
+            f.name: (
+                getattr(self.result, f.name)[rows]
+                if isinstance(getattr(self.result, f.name), np.ndarray)
+                else getattr(self.result, f.name)
+            )
             for f in fields(Advantages)
         }
         return Advantages(**arrays)
@@ -101,7 +111,7 @@ def criticality(log: Log, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
     )
 
 
-def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> np.ndarray:
+def step_groups(log: Log, index: TrajectoryIndex, config: AdvantagesConfig) -> np.ndarray:
     """Step-group codes of every row (file order), numbered by first appearance in canonical
     (group_id, traj_id, step_idx) order, i.e. by episode group and then first step: the
     step_group_id written out, whatever the order of rows (and each episode group's codes
@@ -110,20 +120,21 @@ def step_groups(log: Log, index: StepIndex, config: AdvantagesConfig) -> np.ndar
     assert name is not None  # checked by prepare_log
     anchors = anchors_of(log, name)
     if config.anchor_similarity is None:
-        return step_group_codes(index.trajectories, anchors)
-    return similarity_key_codes(index.trajectories, anchors, config.anchor_similarity)
+        return step_group_codes(index, anchors)
+    return similarity_key_codes(index, anchors, config.anchor_similarity)
 
 
 def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     """Check the log, run the configured estimator, and build the output table."""
     # file order: gathers between the file and the index stay local in memory; nothing in the
     # results depends on it (sums run in value or canonical order)
+    compiled = _compiled.wanted(log.table.num_rows)
     index, warnings = prepare_log(
-        log, f"advantages:{config.method}", canonical=False, anchor_warnings=False, compiled=True
+        log, f"advantages:{config.method}", canonical=False, anchor_warnings=False, compiled=compiled
     )
     episode_reward = None
     if C.EPISODE_REWARD in log.table.column_names:
-        episode_reward = _floats(log, C.EPISODE_REWARD)[index.trajectories.rows(index.traj_start)]
+        episode_reward = _floats(log, C.EPISODE_REWARD)[index.rows(index.traj_start)]
     step_group = u = None
     u_source = None
     if config.method in ("gigpo", "gaca"):
@@ -133,21 +144,11 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     warnings.update(anchor_warnings(log, index, exact))
     if config.method == "gaca":
         u, u_source = criticality(log, config)
-    # every array per row in the file's order; `rows` walks each trajectory in step order
-    arrays = StepArrays(
-        rows=index.trajectories.order_or_empty,
-        traj_start=index.traj_start,
-        traj_len=index.traj_len,
-        traj=index.row_traj,
-        traj_group=index.traj_group,
-        walk=index.trajectories.walk[0],
-        n_groups=index.n_groups,
-        reward=_floats(log, C.REWARD),
-        episode_reward=episode_reward,
-        step_group=step_group,
-        criticality=u,
+    # every array per row in the file's order; the index walks each trajectory in step order
+    rollouts = Rollouts(
+        index=index, reward=_floats(log, C.REWARD), episode_reward=episode_reward, step_group=step_group, criticality=u
     )
-    result = ESTIMATORS[config.method](arrays, config)
+    result = ESTIMATORS[config.method](rollouts, config)
     _check_finite(log, result)
 
     new_columns: dict[str, pa.Array] = {
@@ -172,7 +173,7 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
 
     metadata = dict(log.metadata)
     metadata[C.META_ADVANTAGES] = json.dumps(meta_value, sort_keys=True)
-    summary = summarize(index, arrays, result, config, warnings)
+    summary = summarize(rollouts, result, config, warnings)
     summary["criticality_column"] = u_source
     return AdvantagesRun(
         log=log, new_columns=pa.table(new_columns), metadata=metadata, summary=summary, result=result, index=index
@@ -188,84 +189,3 @@ def _check_finite(log: Log, result: Advantages) -> None:
                 file=log.source,
                 column=C.REWARD,
             )
-
-
-_SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
-
-
-def _finite_or_none(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
-
-
-def summarize(
-    index: StepIndex, arrays: StepArrays, result: Advantages, config: AdvantagesConfig, warnings: dict[str, int]
-) -> dict:
-    """The run summary printed on stderr (and by --json on stdout); every figure is the same
-    whatever the order of rows in the file: sums run per trajectory in step order
-    (kernels.trajectory_summary), then over the trajectories in canonical order."""
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    n = index.n_rows
-    order = index.canonical_traj_order
-
-    def total(per_traj: np.ndarray) -> float:
-        return float(np.sum(per_traj[order]))
-
-    lam, u = result.gaca_weight, arrays.criticality
-    with_lam = lam is not None and u is not None
-    none = np.zeros(0)
-    abs_e, abs_s, lam_sum, sx, su, count = kernels.trajectory_summary(
-        result.adv_episode, result.adv_step, float(config.step_weight), lam if with_lam else none,
-        u if with_lam else none, arrays.rows, arrays.traj_start, arrays.traj_len,
-    )
-    traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
-    summary: dict = {
-        "method": config.method,
-        "params": config.as_metadata(),
-        "rows": n,
-        "trajectories": index.n_traj,
-        "groups": index.n_groups,
-        "singleton_groups": int(np.sum(traj_per_group == 1)),
-        "mean_abs_adv_episode": total(abs_e) / n,
-        "mean_abs_weighted_adv_step": total(abs_s) / n,
-        "diagnostics": dict(result.diagnostics),
-        "warnings": dict(warnings),
-    }
-    if result.step_group_size is not None:
-        top = _SIZE_BUCKETS[-1][0]
-        by_size = np.bincount(np.minimum(result.step_group_size, top), minlength=top + 1)
-        counts = [int(by_size[lo: top + 1 if hi is None else hi + 1].sum()) for lo, hi, _ in _SIZE_BUCKETS]
-        summary["steps_by_step_group_size"] = {label: int(c) for (_, _, label), c in zip(_SIZE_BUCKETS, counts)}
-        summary["step_signal_share"] = float((n - counts[0]) / n)
-    else:
-        summary["step_signal_share"] = 0.0
-    if with_lam:
-        summary["lambda"] = {
-            "bar": config.lambda_bar,
-            "mean": total(lam_sum) / n,
-            "min": float(lam.min()),
-            "max": float(lam.max()),
-            "corr_with_nll": _correlation(lam, u, arrays, total, (total(sx), total(su), total(count))),
-        }
-    return summary
-
-
-def _correlation(
-    x: np.ndarray, u: np.ndarray, arrays: StepArrays, total, first: tuple[float, float, float]
-) -> float | None:
-    """Pearson correlation of x and u over the rows where u is not NaN (None when fewer than
-    two rows or either side is constant). `first`: Σx, Σu and the number of such rows (from
-    the summary's pass); a second pass sums the centred squares and products per trajectory in
-    step order (kernels.trajectory_sums), added by `total` over the trajectories in canonical
-    order, so the result does not depend on the order of rows in the file."""
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    sum_x, sum_u, k = first
-    if k < 2:
-        return None
-    rows, start, length = arrays.rows, arrays.traj_start, arrays.traj_len
-    sxx, suu, sxu = kernels.trajectory_sums(x, u, rows, start, length, sum_x / k, sum_u / k)
-    var_x, var_u = total(sxx), total(suu)
-    if not (var_x > 0 and var_u > 0):
-        return None
-    return _finite_or_none(np.clip(total(sxu) / np.sqrt(var_x * var_u), -1.0, 1.0))

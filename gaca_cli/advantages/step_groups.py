@@ -11,37 +11,71 @@ from fractions import Fraction
 
 import numpy as np
 
+from gaca_cli.advantages import _compiled
 from gaca_cli.log.anchors import Anchors
-from gaca_cli.log.grouping import Trajectories
+from gaca_cli.log.index import TrajectoryIndex
 
 
-def step_group_codes(trajs: Trajectories, anchors: Anchors) -> np.ndarray:
+def step_group_codes(index: TrajectoryIndex, anchors: Anchors) -> np.ndarray:
     """Step-group codes of every row: same episode group and same anchor ⇔ same code; dense,
     and numbered by first appearance in canonical (group_id, traj_id, step_idx) order, so they
     are the step_group_id written out and do not depend on the order of rows.
 
-    Method (kernels.step_groups_by_hash): take the episode groups one at a time (`group_walk`)
-    and look each anchor's hash up in a small table of the group's hashes; then compare every
-    row of a multi-row code with the code's first row, exactly. Codes that mix anchors (a hash
-    collision) are split exactly; the result never depends on the hash.
+    Anchors are grouped by their hashes (`hash_codes`), then every row of a multi-row code is
+    compared with the code's first row, exactly: codes that mix anchors (a hash collision) are
+    split, so the result never depends on the hash.
     """
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    if len(trajs.traj_start) == 0:
+    if index.n_rows == 0:
         return np.zeros(0, dtype=np.int64)
-    walk, group_rank = trajs.walk
-    codes, rows, reps = kernels.step_groups_by_hash(
-        anchors.file_hashes(), trajs.order_or_empty, trajs.traj_start, trajs.traj_len, trajs.traj_group,
-        trajs.row_traj, walk, group_rank,
-    )
+    codes, rows, reps = hash_codes(anchors.file_hashes(), index)
     if len(rows):
         same = anchors.equal_rows(rows, reps)
         if not same.all():
-            codes = _split_collisions(codes, trajs, anchors, np.unique(codes[rows[~same]]))
+            codes = _split_collisions(codes, index, anchors, np.unique(codes[rows[~same]]))
     return codes
 
 
-def _split_collisions(codes: np.ndarray, trajs: Trajectories, anchors: Anchors, bad: np.ndarray) -> np.ndarray:
+def hash_codes(hashes: np.ndarray, index: TrajectoryIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of one episode group with equal hashes share a code, numbered by first appearance
+    in canonical order; and the pairs of rows to compare exactly: every row of a multi-row code
+    with the code's first row in the file.
+
+    hashes: uint64 [N] per row. Returns (codes int64 [N] per row; rows, representatives int64
+    [P]: the pairs).
+    """
+    if kernels := _compiled.kernels(index.n_rows):
+        walk, group_rank = index.group_walk
+        return kernels.step_groups_by_hash(
+            np.ascontiguousarray(hashes, dtype=np.uint64),
+            index.rows_or_empty,
+            index.traj_start,
+            index.traj_len,
+            index.traj_group,
+            index.row_traj,
+            walk,
+            group_rank,
+        )
+    n = index.n_rows
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    row_at = np.empty(n, dtype=np.int64)  # the file row at each canonical position
+    row_at[index.canonical_row_position] = np.arange(n, dtype=np.int64)
+    group = index.traj_group[index.row_traj[row_at]]
+    _, hash_code = np.unique(hashes[row_at], return_inverse=True)
+    key = group * (int(hash_code.max()) + 1) + hash_code  # one integer per (episode group, hash)
+    _, first, key_code = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)  # keys numbered by first appearance
+    rank[np.argsort(first)] = np.arange(len(first), dtype=np.int64)
+    codes = np.empty(n, dtype=np.int64)
+    codes[row_at] = rank[key_code]
+    first_row = np.full(len(first), n, dtype=np.int64)
+    np.minimum.at(first_row, codes, np.arange(n, dtype=np.int64))
+    size = np.bincount(codes, minlength=len(first))
+    rows = np.flatnonzero((size[codes] > 1) & (first_row[codes] != np.arange(n)))
+    return codes, rows, first_row[codes[rows]]
+
+
+def _split_collisions(codes: np.ndarray, index: TrajectoryIndex, anchors: Anchors, bad: np.ndarray) -> np.ndarray:
     """Give every distinct anchor inside the colliding codes (each within one episode group)
     a code of its own, then renumber all codes canonically."""
     codes = codes.copy()
@@ -60,21 +94,25 @@ def _split_collisions(codes: np.ndarray, trajs: Trajectories, anchors: Anchors, 
                 seen[k] = fresh
                 fresh += 1
         codes[row] = seen[k]
-    return first_appearance_codes(codes, trajs.canonical_row_position)
+    return first_appearance_codes(codes, index.canonical_row_position)
 
 
 def first_appearance_codes(codes: np.ndarray, position: np.ndarray | None = None) -> np.ndarray:
     """Renumber non-negative integer codes 0..K-1 in order of first appearance: of the row
-    with the smallest `position` (a permutation of 0..N-1, by default the row's own index)."""
-    from gaca_cli.advantages import _kernels as kernels  # numba: imported on use, not by `gaca --help`
-
-    codes = np.ascontiguousarray(codes, dtype=np.int64)
-    if len(codes) == 0:
+    with the smallest `position` (a permutation of 0..N-1, by default the row's own index).
+    Codes that do not occur are skipped. int64 [N]."""
+    codes = np.asarray(codes, dtype=np.int64)
+    n = len(codes)
+    if n == 0:
         return codes
     if position is None:
-        position = np.arange(len(codes), dtype=np.int64)
-    position = np.ascontiguousarray(position, dtype=np.int64)
-    return kernels.renumber_by_first_position(codes, position, int(codes.max()) + 1)
+        position = np.arange(n, dtype=np.int64)
+    first = np.full(int(codes.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first, codes, position)  # each code's first position (n: unused)
+    used = np.flatnonzero(first < n)
+    new = np.empty(len(first), dtype=np.int64)
+    new[used[np.argsort(first[used])]] = np.arange(len(used), dtype=np.int64)
+    return new[codes]
 
 
 def _exact_fraction(threshold: float) -> Fraction:
@@ -117,15 +155,15 @@ def cluster_anchors(texts: list[str], threshold: float) -> list[int]:
     return cluster
 
 
-def similarity_key_codes(trajs: Trajectories, anchors: Anchors, threshold: float) -> np.ndarray:
+def similarity_key_codes(index: TrajectoryIndex, anchors: Anchors, threshold: float) -> np.ndarray:
     """Like `step_group_codes`, but anchors of an episode group whose similarity to a
     cluster's representative is ≥ threshold share that cluster (see `cluster_anchors`); codes
     per row, numbered by first appearance in canonical order (see `first_appearance_codes`)."""
-    exact = step_group_codes(trajs, anchors)
+    exact = step_group_codes(index, anchors)
     k = int(exact.max()) + 1
     rep_row = np.empty(k, dtype=np.int64)
     rep_row[exact] = np.arange(len(exact), dtype=np.int64)
-    key_group = trajs.traj_group[trajs.row_traj[rep_row]]
+    key_group = index.traj_group[index.row_traj[rep_row]]
     key_text = [str(t) for t in anchors.values(rep_row).to_pylist()]
     merged = np.empty(k, dtype=np.int64)
     order = np.argsort(key_group, kind="stable")
@@ -135,5 +173,4 @@ def similarity_key_codes(trajs: Trajectories, anchors: Anchors, threshold: float
         clusters = cluster_anchors([key_text[m] for m in members], threshold)
         merged[members] = next_code + np.asarray(clusters, dtype=np.int64)
         next_code += max(clusters) + 1
-    return first_appearance_codes(merged[exact], trajs.canonical_row_position)
-
+    return first_appearance_codes(merged[exact], index.canonical_row_position)

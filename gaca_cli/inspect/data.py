@@ -3,7 +3,7 @@
 Every view is a JSON-ready dict (Python floats, ints, strings, bools and None; never NaN):
 the terminal view (`inspect_view.py`) renders it and `--json` prints it unchanged, so the two
 always hold the same fields. Arrays are kept in the canonical (traj_id, step_idx) order of
-`checks.StepIndex`; text columns are only read for the rows a view shows.
+`gaca_cli.log.index.TrajectoryIndex`; text columns are only read for the rows a view shows.
 
 Conventions used by every view:
 - a step is *critical* when its criticality z_t ≥ CRITICAL_Z (its NLL is at least one
@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import StepIndex, prepare_log
+from gaca_cli.log.checks import prepare_log
+from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.anchors import anchor_column
 from gaca_cli.errors import GacaError
 from gaca_cli.advantages.estimators import standardize_in_scopes
@@ -75,7 +76,7 @@ class AnnotatedLog:
     """
 
     log: Log
-    index: StepIndex
+    index: TrajectoryIndex
     traj_ids: tuple[str, ...]
     group_ids: tuple[str, ...]
     method: str | None
@@ -116,7 +117,7 @@ class AnnotatedLog:
 # --------------------------------------------------------------------------- loading
 
 
-def _float_sorted(log: Log, index: StepIndex, name: str) -> np.ndarray:
+def _float_sorted(log: Log, index: TrajectoryIndex, name: str) -> np.ndarray:
     arr = index.sorted_column(log.table, name).cast(pa.float64())
     return arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
 
@@ -139,7 +140,7 @@ def _method_from_column(log: Log) -> str | None:
     return ",".join(sorted(str(n) for n in names)) or None
 
 
-def _criticality(log: Log, index: StepIndex, nll_reduce: str) -> tuple[np.ndarray | None, str | None, str | None]:
+def _criticality(log: Log, index: TrajectoryIndex, nll_reduce: str) -> tuple[np.ndarray | None, str | None, str | None]:
     """u_t as gaca reads it (the file's nll_reduce), its source column and its unit."""
     names = set(log.table.column_names)
     preferred = C.NLL_MEAN if nll_reduce == "mean" else C.NLL_SUM
@@ -154,7 +155,7 @@ def _criticality(log: Log, index: StepIndex, nll_reduce: str) -> tuple[np.ndarra
     return None, None, None
 
 
-def _traj_success(log: Log, index: StepIndex) -> np.ndarray | None:
+def _traj_success(log: Log, index: TrajectoryIndex) -> np.ndarray | None:
     """1.0 where any step of the trajectory says success, 0.0 where all known steps say
     failure, NaN where the column is null throughout (or not boolean / numeric)."""
     if C.SUCCESS not in log.table.column_names:

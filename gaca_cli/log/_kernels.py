@@ -1,6 +1,9 @@
-"""Compiled loops (numba) for the row index: the structure rules of the log schema and the
-placement of every row in (trajectory, step) order, in O(N) without sorting. Same conventions
-as gaca_cli.advantages._kernels (cached next to this file, no fastmath)."""
+"""The compiled twin (numba) of the row index, for large logs: the structure rules of the log
+schema and the placement of every row in (trajectory, step) order in one pass each, where the
+numpy code of gaca_cli.log.checks (the definition, and the one that reports offending rows)
+takes several. Chosen by the caller (`prepare_log(..., compiled=True)`: `gaca advantages` on a
+large log, see gaca_cli/advantages/_compiled.py); same conventions as
+gaca_cli.advantages._kernels (cached next to this file, no fastmath)."""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ def counts_and_starts(codes: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.n
 def trajectory_index(
     traj: np.ndarray, step: np.ndarray, group: np.ndarray, done: np.ndarray, episode_reward: np.ndarray, n_traj: int
 ) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The structure rules of log-schema.md and the row index of checks._structure_checks, in
+    """checks._structure_checks: the structure rules of log-schema.md and the row index, in
     three passes: whether every trajectory's steps are 0..T−1 without duplicates, all its rows
     have one group, `episode_reward` (when given) is constant and `done` (when given) is true
     at most on its last step. When a rule is broken the checks' numpy code finds and reports
@@ -66,4 +69,3 @@ def trajectory_index(
             if check_done and done[r] and p != last:
                 return False, order, start, length, traj_group
     return True, order, start, length, traj_group
-

@@ -2,111 +2,35 @@
 
 `inspect_log` runs every check and collects all violations (for `gaca validate`);
 `prepare_log` runs the same checks and raises the first violation (for every other command).
-Both return a `StepIndex`: rows ordered by (traj_id, step_idx) with integer codes, built
-in O(N) without sorting (each row's sorted position is its trajectory's start plus its step).
+Both return the row index (`gaca_cli.log.index.TrajectoryIndex`): the rows of each trajectory
+in step order, built in O(N) without sorting (a row's position is its trajectory's start plus
+its step).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gaca_cli.log import columns as C
 from gaca_cli.errors import GacaError
-from gaca_cli.log.grouping import Trajectories, id_codes, plain
+from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings
+from gaca_cli.log.grouping import id_codes, plain
+from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log
 from gaca_cli.log.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
-
-@dataclass(frozen=True)
-class StepIndex:  # noqa: PLR0902
-    """Rows grouped by trajectory, steps ascending within each trajectory.
-
-    In canonical order (the default) the trajectories follow sorted (group_id, traj_id): episode
-    groups by sorted group_id, within a group the trajectories by sorted traj_id. In file
-    order (`prepare_log(..., canonical=False)`) they follow their first appearance in the file,
-    which keeps walks through `order` local in memory; numbering that must not depend on row
-    order then uses `canonical_start` (see grouping.Trajectories.canonical_row_position).
-
-    order:      int64 [N]  original row of each index position
-    traj_start: int64 [T]  first position of each trajectory
-    traj_len:   int64 [T]  number of steps of each trajectory
-    traj_group: int64 [T]  episode-group code of each trajectory (0..G-1; in canonical order by
-                           sorted group_id and non-decreasing)
-    canonical_start: int64 [T] position of each trajectory's first step in canonical order
-    row_traj:   int64 [N]  trajectory code of each row of the file (file order)
-    """
-
-    order: np.ndarray
-    traj_start: np.ndarray
-    traj_len: np.ndarray
-    traj_group: np.ndarray
-    n_groups: int
-    canonical_start: np.ndarray
-    row_traj: np.ndarray
-
-    @functools.cached_property
-    def traj(self) -> np.ndarray:
-        """int64 [N] trajectory code of each position (0..T-1, non-decreasing)."""
-        return np.repeat(np.arange(self.n_traj, dtype=np.int64), self.traj_len)
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.order)
-
-    @property
-    def n_traj(self) -> int:
-        return len(self.traj_start)
-
-    @property
-    def step(self) -> np.ndarray:
-        """int64 [N] step index of each sorted position (0..T-1 within its trajectory)."""
-        return np.arange(self.n_rows, dtype=np.int64) - self.traj_start[self.traj]
-
-    @functools.cached_property
-    def canonical_traj_order(self) -> np.ndarray:
-        """int64 [T] the trajectories in canonical order."""
-        return np.argsort(self.canonical_start)
-
-    @property
-    def group(self) -> np.ndarray:
-        """int64 [N] episode-group code of each sorted position."""
-        return self.traj_group[self.traj]
-
-    @functools.cached_property
-    def is_identity(self) -> bool:
-        """The file's rows are already in canonical order (the common case): no gathers."""
-        return bool(np.array_equal(self.order, np.arange(self.n_rows, dtype=np.int64)))
-
-    def sorted_column(self, table: pa.Table, name: str) -> pa.Array:
-        """A column of the table in canonical order."""
-        column = plain(table.column(name))
-        return column if self.is_identity else column.take(pa.array(self.order))
-
-    @functools.cached_property
-    def trajectories(self) -> Trajectories:
-        """What step grouping needs of the index (gaca_cli.log.grouping.Trajectories)."""
-        return Trajectories(
-            order=None if self.is_identity else self.order,
-            traj_start=self.traj_start,
-            traj_len=self.traj_len,
-            traj_group=self.traj_group,
-            canonical_traj_order=self.canonical_traj_order,
-            canonical_start=self.canonical_start,
-            row_traj=self.row_traj,
-        )
+StepIndex = TrajectoryIndex  # the name gaca_cli.lm still imports; remove with those imports
 
 
 @dataclass
 class Inspection:
     violations: list[GacaError] = field(default_factory=list)
     warnings: dict[str, int] = field(default_factory=dict)
-    index: StepIndex | None = None
+    index: TrajectoryIndex | None = None
 
 
 def _rows_text(table: pa.Table, rows: np.ndarray) -> list[str]:
@@ -226,11 +150,12 @@ class _RowIds:
 
 def _structure_checks(
     log: Log, out: Inspection, bad: set[str], canonical: bool = True, compiled: bool = False
-) -> StepIndex | None:
+) -> TrajectoryIndex | None:
     """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
-    trajectory; then the row index (canonical or file order, see StepIndex). `compiled`
-    builds the index with a compiled kernel (gaca_cli.advantages._kernels, for commands that load them
-    anyway) when the steps are valid; the rules and their reports are the same."""
+    trajectory; then the row index (canonical or file order, see TrajectoryIndex). `compiled`
+    checks the rules and builds the index in one compiled pass (gaca_cli.log._kernels: the same
+    index, for large logs whose caller loads the kernels anyway); when a rule is broken, the
+    numpy code below finds and reports the offending rows."""
     table = log.table
     n = table.num_rows
     traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
@@ -260,14 +185,14 @@ def _structure_checks(
     duplicate = in_range & (occupancy[pos] > 1)
     if duplicate.any():
         out.violations.append(
-            _violation(log, C.STEP_IDX, "(traj_id, step_idx) must be unique", ids.by_id_and_step(np.flatnonzero(duplicate)))
+            _violation(
+                log, C.STEP_IDX, "(traj_id, step_idx) must be unique", ids.by_id_and_step(np.flatnonzero(duplicate))
+            )
         )
     # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
     gap_rows = ids.by_id_and_step(np.flatnonzero(~in_range))
     if len(gap_rows):
-        out.violations.append(
-            _violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
-        )
+        out.violations.append(_violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows))
     if duplicate.any() or len(gap_rows):
         return None
 
@@ -287,7 +212,7 @@ def _trajectory_rules(  # noqa: PLR0913
     order: np.ndarray,
     starts: np.ndarray,
     lengths: np.ndarray,
-) -> StepIndex | None:
+) -> TrajectoryIndex | None:
     """The per-trajectory rules, on the rows ordered by (trajectory, step) (`order`, with each
     trajectory's `starts` and `lengths`); then the index."""
     table = log.table
@@ -298,7 +223,9 @@ def _trajectory_rules(  # noqa: PLR0913
         differs = er != np.repeat(er[starts], lengths)
         if differs.any():
             out.violations.append(
-                _violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs]))
+                _violation(
+                    log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs])
+                )
             )
 
     if C.DONE in table.column_names and C.DONE not in bad:
@@ -331,8 +258,8 @@ def _index(  # noqa: PLR0913
     starts: np.ndarray,
     lengths: np.ndarray,
     traj_group: np.ndarray,
-) -> StepIndex:
-    """The StepIndex of a log whose rules hold, from the rows ordered by (trajectory code,
+) -> TrajectoryIndex:
+    """The index of a log whose rules hold, from the rows ordered by (trajectory code,
     step) and each trajectory's start, length and group code."""
     n, n_traj = len(ids.traj), len(ids.traj_rank)
     traj_of_row, traj_rank, group_rank, step = ids.traj, ids.traj_rank, ids.group_rank, ids.step
@@ -341,12 +268,12 @@ def _index(  # noqa: PLR0913
     canonical_start = np.empty(n_traj, dtype=np.int64)
     canonical_start[by_canon] = np.cumsum(lengths[by_canon]) - lengths[by_canon]
     if not canonical:
-        return StepIndex(order, starts, lengths, traj_group, len(group_rank), canonical_start, traj_of_row)
+        return TrajectoryIndex(order, starts, lengths, traj_group, len(group_rank), canonical_start, traj_of_row)
     pos = canonical_start[traj_of_row] + step
     order = np.empty(n, dtype=np.int64)
     order[pos] = np.arange(n, dtype=np.int64)
     lengths = lengths[by_canon]
-    return StepIndex(
+    return TrajectoryIndex(
         order=order,
         traj_start=canonical_start[by_canon],
         traj_len=lengths,
@@ -364,8 +291,11 @@ def _needs_checks(log: Log, command: str, out: Inspection) -> None:
             wanted = " or ".join(f"'{a}'" for a in alternatives)
             hint = _NEEDS_HINT.get(alternatives, "")
             out.violations.append(
-                GacaError(f"{command.replace(':', ' --method ')} needs a column {wanted}{hint}", file=log.source,
-                          column=alternatives[0])
+                GacaError(
+                    f"{command.replace(':', ' --method ')} needs a column {wanted}{hint}",
+                    file=log.source,
+                    column=alternatives[0],
+                )
             )
 
 
@@ -375,7 +305,7 @@ _NEEDS_HINT = {
 }
 
 
-def _warnings(log: Log, index: StepIndex, bad: set[str], anchors: bool) -> dict[str, int]:
+def _warnings(log: Log, index: TrajectoryIndex, bad: set[str], anchors: bool) -> dict[str, int]:
     traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
     warnings = {"singleton_groups": int(np.sum(traj_per_group == 1))}
     name = anchor_column(log.file_schema.names)
@@ -388,7 +318,7 @@ def inspect_log(
     log: Log, command: str = "validate", canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
 ) -> Inspection:
     """Run every check; collect all violations and the warnings' counts. `canonical` chooses
-    the order of the returned index (see StepIndex); `anchor_warnings=False` leaves the anchor
+    the order of the returned index (see TrajectoryIndex); `anchor_warnings=False` leaves the anchor
     warnings to the caller (`anchor_warnings`, from step groups it computes anyway);
     `compiled` builds the index with the compiled kernels (see `_structure_checks`)."""
     out = Inspection()
@@ -405,7 +335,7 @@ def inspect_log(
 
 def prepare_log(
     log: Log, command: str, canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
-) -> tuple[StepIndex, dict[str, int]]:
+) -> tuple[TrajectoryIndex, dict[str, int]]:
     """Run every check and raise the first violation; else return the index and warnings."""
     result = inspect_log(log, command, canonical, anchor_warnings, compiled)
     if result.violations:

@@ -1,25 +1,14 @@
-"""Integer codes for ids and anchor states, and similarity clustering of anchors.
-
-Partitions never depend on row order, and every code that is written out or shown is
-numbered independently of it too: ids are ranked in sorted order, and step groups are
-numbered by (episode group, first step in sorted order) (`first_appearance_codes`). Working
-codes (`id_codes`, `step_group_codes`) are numbered for memory locality instead. Hashes are
-only used to find equal keys quickly; every hash match is verified, so a collision can never
-merge two different anchors.
-"""
+"""Integer codes for ids: `id_codes` numbers them roughly by first appearance (cheap, local
+in memory) and ranks them in sorted order (`sort_order`), so that nothing written out or shown
+depends on the order of rows."""
 
 from __future__ import annotations
-
-import functools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-if TYPE_CHECKING:
-    pass
+from gaca_cli.log.index import TrajectoryIndex
 
 
 def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -116,8 +105,9 @@ def sorted_distinct(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     most values are still tied after a pass, the values are sorted as text instead."""
     t = values.type
     k = len(values)
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t)):
+    if not (
+        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    ):
         return _sorted_by_pyarrow(values)
     text = values.cast(pa.large_binary())
     order = np.arange(k, dtype=np.int64)
@@ -179,62 +169,4 @@ def dense_rank(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     return rank[codes], values.take(pa.array(np.argsort(rank)))
 
 
-@dataclass(frozen=True)
-class Trajectories:
-    """What step grouping needs of a row index (see checks.StepIndex): `order` lists each
-    trajectory's rows in step order, trajectories one after another (None: the identity);
-    per trajectory its start in `order`, length and episode group; the trajectories in
-    canonical order and where each starts in canonical order; the trajectory of each row."""
-
-    order: np.ndarray | None
-    traj_start: np.ndarray
-    traj_len: np.ndarray
-    traj_group: np.ndarray
-    canonical_traj_order: np.ndarray
-    canonical_start: np.ndarray
-    row_traj: np.ndarray
-
-    def rows(self, positions: np.ndarray) -> np.ndarray:
-        return positions if self.order is None else self.order[positions]
-
-    @property
-    def order_or_empty(self) -> np.ndarray:
-        """`order` as the kernels take it (an empty array for the identity)."""
-        return np.zeros(0, dtype=np.int64) if self.order is None else self.order
-
-    @functools.cached_property
-    def walk(self) -> tuple[np.ndarray, np.ndarray]:
-        """See `group_walk`."""
-        return group_walk(self.traj_group, self.canonical_traj_order)
-
-    @functools.cached_property
-    def canonical_row_position(self) -> np.ndarray:
-        """int64 [N] each row's place in canonical (group_id, traj_id, step_idx) order."""
-        n = len(self.row_traj)
-        shift = np.repeat(self.canonical_start - self.traj_start, self.traj_len)
-        position = shift + np.arange(n, dtype=np.int64)  # of each index position
-        if self.order is None:
-            return position
-        out = np.empty(n, dtype=np.int64)
-        out[self.order] = position
-        return out
-
-
-def group_walk(traj_group: np.ndarray, canonical_traj_order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The order in which step grouping visits trajectories: grouped by episode group, the
-    groups in the order of their first trajectory (the file's order, so the rows visited one
-    after the other lie close together), each group's trajectories in canonical order; and
-    each group's place in canonical order. traj_group: int64 [T] with every code 0..G-1 used.
-    Returns (walk int64 [T], group_rank int64 [G])."""
-    n_traj = len(traj_group)
-    canon_rank = np.empty(n_traj, dtype=np.int64)
-    canon_rank[canonical_traj_order] = np.arange(n_traj, dtype=np.int64)
-    _, first = np.unique(traj_group, return_index=True)
-    walk = np.lexsort((canon_rank, first[traj_group])).astype(np.int64, copy=False)
-    group_by_canon = traj_group[canonical_traj_order]
-    heads = np.flatnonzero(np.r_[True, group_by_canon[1:] != group_by_canon[:-1]])
-    group_rank = np.empty(len(first), dtype=np.int64)
-    group_rank[group_by_canon[heads]] = np.arange(len(heads), dtype=np.int64)
-    return walk, group_rank
-
-
+Trajectories = TrajectoryIndex  # the name gaca_cli.log.anchors still imports; remove with that import

@@ -1,23 +1,21 @@
-"""Every compiled loop in gaca_cli/advantages/_kernels.py against its numpy twin or a plain loop, bit for bit.
+"""Every compiled loop (gaca_cli/advantages/_kernels.py, gaca_cli/log/_kernels.py) against the
+numpy definition it stands in for (estimators.py, step_groups.py, summary.py), bit for bit.
 
-The twins below are the pure-numpy code that shipped before the kernels (git 314a8e2~1:
-gaca_cli/advantages/estimators.py `discounted_returns`, `_order_by_code_then_value`, `_moments`,
-`normalize_in_groups`, `standardize_in_scopes`; gaca_cli/log/grouping.py
-`_renumber_by_first_appearance`), ported here unchanged in their arithmetic, plus plain-Python
-loops where numpy has no direct form (group order, renumbering by first position, step groups
-by hash, per-trajectory sums, the row index). kernels.py promises the same floating-point
-operations in the same order, so float results are compared bit for bit: equal NaN
-positions and equal bits everywhere else (so -0.0 ≠ 0.0). Kernels that walk trajectories
-through `rows` (each trajectory's rows in step order) are also run with the rows moved to
-other places in the file, and must give the same value per row.
+The kernels promise the same floating-point operations in the same order as the numpy code,
+so float results are compared bit for bit: equal NaN positions and equal bits everywhere else
+(so -0.0 ≠ 0.0). Where the numpy definition is itself built from a sort or a gather, a plain
+Python loop is checked as well (discounted returns, step groups by hash, per-trajectory sums).
+Kernels that walk trajectories through `rows` (each trajectory's rows in step order) are also
+run with the rows moved to other places in the file, and must give the same value per row.
 
 Inputs are seeded random arrays of several shapes plus the edge cases (empty input, unused
 codes, singleton and constant groups, groups above the insertion-sort threshold, ties, values
 1e9 + k·1e-3, values ~1e300 whose squares overflow, ±inf/NaN), and Hypothesis for the
 moments, normalisation and standardisation (derandomized, no example database).
 
-Arrays are passed with the dtypes the library passes (float64, int64, uint64 hashes), so the
-kernels' on-disk compile cache is reused.
+The library functions run their numpy code here (GACA_KERNELS=0, set for every test); the
+kernels are called directly, with the dtypes the library passes (float64, int64, uint64
+hashes), so their on-disk compile cache is reused.
 """
 
 from __future__ import annotations
@@ -28,7 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gaca_cli.advantages import _kernels as kernels
+from gaca_cli.advantages import estimators, step_groups, summary
+from gaca_cli.advantages._compiled import ENV
 from gaca_cli.advantages.config import EPS, Z_STD_FLOOR
+from gaca_cli.log.index import TrajectoryIndex
 from tests.conftest import EXAMPLE_LOG
 
 HYPOTHESIS = settings(
@@ -42,6 +43,12 @@ HYPOTHESIS = settings(
 
 SEEDS = range(6)
 SIZES = (0, 1, 2, 7, 60, 400)
+
+
+@pytest.fixture(autouse=True)
+def numpy_definitions(monkeypatch):
+    """The library's functions compute with their numpy code, whatever the input's size."""
+    monkeypatch.setenv(ENV, "0")
 
 
 def assert_bits(actual: np.ndarray, expected: np.ndarray, what: str = "") -> None:
@@ -60,25 +67,27 @@ def assert_bits(actual: np.ndarray, expected: np.ndarray, what: str = "") -> Non
         raise AssertionError(f"{what}: bits differ at {where}: {actual[where]!r} vs {expected[where]!r}")
 
 
-# ------------------------------------------------------------------------------ the twins
-
-
-def twin_discounted_returns(reward: np.ndarray, traj: np.ndarray, n_traj: int, gamma: float) -> np.ndarray:
-    """Old estimators.discounted_returns: G_t = r_t + γ·G_{t+1}, vectorised across
-    trajectories (iteration k handles the k-th-from-last step of every longer trajectory)."""
-    length = np.bincount(traj, minlength=n_traj)
-    last = np.cumsum(length) - 1
-    by_len = np.argsort(-length, kind="stable")
-    last_sorted = last[by_len]
-    len_sorted = length[by_len]
-    out = np.empty_like(reward)
-    out[last_sorted] = reward[last_sorted]
-    max_len = int(len_sorted[0]) if len(len_sorted) else 0
-    longer = np.searchsorted(-len_sorted, -np.arange(max_len), side="left")
-    for k in range(1, max_len):
-        idx = last_sorted[: longer[k]] - k
-        out[idx] = reward[idx] + gamma * out[idx + 1]
-    return out
+def make_index(
+    traj_start: np.ndarray,
+    traj_len: np.ndarray,
+    order: np.ndarray | None = None,
+    traj_group: np.ndarray | None = None,
+    canonical_traj_order: np.ndarray | None = None,
+) -> TrajectoryIndex:
+    """A row index over contiguous trajectories; `order` (position -> file row, default the
+    identity), each trajectory's episode group (default one group) and the canonical order of
+    the trajectories (default their code order)."""
+    n_traj = len(traj_len)
+    n = int(traj_len.sum())
+    order = np.arange(n, dtype=np.int64) if order is None or len(order) == 0 else order
+    traj_group = np.zeros(n_traj, dtype=np.int64) if traj_group is None else traj_group
+    canon = np.arange(n_traj, dtype=np.int64) if canonical_traj_order is None else canonical_traj_order
+    canonical_start = np.empty(n_traj, dtype=np.int64)
+    canonical_start[canon] = np.cumsum(traj_len[canon]) - traj_len[canon]
+    row_traj = np.empty(n, dtype=np.int64)
+    row_traj[order] = np.repeat(np.arange(n_traj, dtype=np.int64), traj_len)
+    n_groups = int(traj_group.max()) + 1 if n_traj else 0
+    return TrajectoryIndex(order, traj_start, traj_len, traj_group, n_groups, canonical_start, row_traj)
 
 
 def loop_discounted_returns(reward, traj_start, traj_len, gamma) -> np.ndarray:
@@ -90,112 +99,6 @@ def loop_discounted_returns(reward, traj_start, traj_len, gamma) -> np.ndarray:
             g = reward[i] if g is None else reward[i] + gamma * g
             out[i] = g
     return out
-
-
-def twin_order_by_code_then_value(codes: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Old estimators._order_by_code_then_value (ties in any order)."""
-    m = len(values)
-    rank = np.empty(m, dtype=np.int64)
-    rank[np.argsort(values)] = np.arange(m, dtype=np.int64)
-    return np.argsort(codes.astype(np.int64) * m + rank)
-
-
-def twin_shifted_moments(xs: np.ndarray, count: np.ndarray):
-    """Old estimators._moments after its ordering step (xs already grouped, group c holding
-    count[c] values): returns (dev, m2, scale, lo, hi) as the kernel does."""
-    n_codes = len(count)
-    cs = np.repeat(np.arange(n_codes, dtype=np.int64), count)
-    start = (np.cumsum(count) - count)[count > 0]
-    lo = np.zeros(n_codes)
-    hi = np.zeros(n_codes)
-    if len(xs):
-        lo[count > 0] = np.minimum.reduceat(xs, start)
-        hi[count > 0] = np.maximum.reduceat(xs, start)
-    with np.errstate(invalid="ignore", over="ignore"):
-        shifted = xs - lo[cs]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_shifted = np.bincount(cs, shifted, minlength=n_codes) / count
-    with np.errstate(invalid="ignore", over="ignore"):
-        dev = shifted - mean_shifted[cs]
-        m2 = np.bincount(cs, dev * dev, minlength=n_codes)
-    m2 = m2.astype(np.float64, copy=False)  # bincount of no values is int64 (harmless in the old code)
-    scale = np.ones(n_codes)
-    if not np.all(np.isfinite(m2)):
-        big = ~np.isfinite(m2)
-        peak = np.zeros(n_codes)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            np.maximum.at(peak, cs, np.abs(dev))
-            scale[big] = peak[big]
-            ratio = dev / scale[cs]
-            m2[big] = np.bincount(cs, ratio * ratio, minlength=n_codes)[big]
-    return dev, m2, scale, lo, hi
-
-
-def _std(scale, m2, count, ddof):
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return scale * np.sqrt(m2 / (count - ddof))
-
-
-def twin_normalize_in_groups(values, codes, n_codes, normalize_by_std, eps):
-    """Old estimators.normalize_in_groups (with _moments inlined)."""
-    order = twin_order_by_code_then_value(codes, values)
-    cs = codes[order]
-    count = np.bincount(cs, minlength=n_codes)
-    dev, m2, scale, lo, hi = twin_shifted_moments(values[order], count)
-    constant = (hi == lo) | (count == 0)
-    out_sorted = dev.copy()
-    if normalize_by_std:
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            out_sorted = dev / (_std(scale, m2, count, 1)[cs] + eps)
-    zero = (count <= 1) | constant
-    out_sorted[zero[cs]] = 0.0
-    out = np.empty_like(values)
-    out[order] = out_sorted
-    return out, int(np.sum(count == 1)), int(np.sum(constant & (count >= 2)))
-
-
-def twin_standardize_in_scopes(values, codes, n_codes, in_order, floor):
-    """Old estimators.standardize_in_scopes (canonical = in_order)."""
-    z = np.zeros_like(values)
-    valid = np.flatnonzero(~np.isnan(values))
-    if len(valid) == 0:
-        return z, 0
-    v, c = values[valid], codes[valid]
-    order = np.arange(len(v), dtype=np.int64) if in_order else twin_order_by_code_then_value(c, v)
-    cs = c[order]
-    count = np.bincount(cs, minlength=n_codes)
-    dev, m2, scale, lo, hi = twin_shifted_moments(v[order], count)
-    std0 = _std(scale, m2, count, 0)
-    flat = (count == 0) | ~(std0 >= floor)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        z_sorted = np.where(flat[cs], 0.0, dev / np.where(flat, 1.0, std0)[cs])
-    z[valid[order]] = z_sorted
-    return z, int(np.sum(flat & (count > 0)))
-
-
-def loop_renumber(codes, position, n_codes) -> np.ndarray:
-    """Walk the rows by ascending position; a code gets the next number when first seen."""
-    row_at = {int(p): i for i, p in enumerate(position.tolist())}
-    new: dict[int, int] = {}
-    for pos in range(len(codes)):
-        c = int(codes[row_at[pos]])
-        if c not in new:
-            new[c] = len(new)
-    return np.array([new[int(c)] for c in codes.tolist()], dtype=np.int64)
-
-
-def twin_renumber(codes, position, n_codes) -> np.ndarray:
-    """Old grouping._renumber_by_first_appearance + _rank_by_first_row."""
-    n = len(codes)
-    first = np.full(n_codes, n, dtype=np.int64)
-    np.minimum.at(first, codes, position)
-    used = first < n
-    mark = np.zeros(n, dtype=bool)
-    mark[first[used]] = True
-    rank = np.cumsum(mark) - 1
-    new = np.full(n_codes, -1, dtype=np.int64)
-    new[used] = rank[first[used]]
-    return new[codes]
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -273,14 +176,21 @@ def trajectories(rng: np.random.Generator, n_traj: int, max_len: int) -> tuple[n
 def test_discounted_returns_matches_numpy(seed, n_traj, max_len, gamma):
     rng = np.random.default_rng(seed)
     traj, start, length = trajectories(rng, n_traj, max_len)
+    index = make_index(start, length)
     for kind in KINDS:
         reward = random_values(rng, len(traj), kind)
         got = kernels.discounted_returns(reward, NO_ROWS, start, length, gamma)
-        assert_bits(got, twin_discounted_returns(reward, traj, n_traj, gamma), f"{kind} vs numpy")
-        assert_bits(got, loop_discounted_returns(reward, start, length, gamma), f"{kind} vs loop")
+        with np.errstate(all="ignore"):
+            expected = loop_discounted_returns(reward, start, length, gamma)
+        assert_bits(got, estimators.discounted_returns(reward, index, gamma), f"{kind} vs numpy")
+        assert_bits(got, expected, f"{kind} vs loop")
         # the same rows in another order, walked through `rows`: the same values per row
         rows = rng.permutation(len(reward)).astype(np.int64)
-        assert_bits(kernels.discounted_returns(in_file(reward, rows), rows, start, length, gamma)[rows], got, "rows")
+        moved = in_file(reward, rows)
+        assert_bits(kernels.discounted_returns(moved, rows, start, length, gamma)[rows], got, "rows")
+        assert_bits(
+            estimators.discounted_returns(moved, make_index(start, length, rows), gamma)[rows], got, "numpy rows"
+        )
 
 
 def test_discounted_returns_edges():
@@ -292,9 +202,9 @@ def test_discounted_returns_edges():
     assert_bits(kernels.discounted_returns(reward, NO_ROWS, start, length, 1.0), np.array([6.0, 5.0, 3.0, 4.0, 5.0]))
     huge = np.array([1e308, 1e308, 1e308])
     one = np.array([0], dtype=np.int64)
-    got = kernels.discounted_returns(huge, NO_ROWS, one, np.array([3], dtype=np.int64), 1.0)
-    with np.errstate(over="ignore"):
-        assert_bits(got, twin_discounted_returns(huge, np.zeros(3, dtype=np.int64), 1, 1.0))
+    three = np.array([3], dtype=np.int64)
+    got = kernels.discounted_returns(huge, NO_ROWS, one, three, 1.0)
+    assert_bits(got, estimators.discounted_returns(huge, make_index(one, three), 1.0))
     assert got.tolist() == [np.inf, np.inf, 1e308]
 
 
@@ -314,11 +224,10 @@ def check_group_order(codes: np.ndarray, values: np.ndarray, n_codes: int) -> No
     bounds = np.cumsum(count)
     for c in range(n_codes):  # each group holds exactly the positions with that code
         np.testing.assert_array_equal(np.sort(order[bounds[c] - count[c] : bounds[c]]), np.flatnonzero(codes == c))
-    # the same visit as np.lexsort / the old two-sort order, up to the order of equal values
-    twin = twin_order_by_code_then_value(codes, values)
-    np.testing.assert_array_equal(cs, codes[twin])
-    assert np.all(vs == values[twin])
-    np.testing.assert_array_equal(codes[np.lexsort((values, codes))], cs)
+    # the visit of the numpy definitions (np.lexsort), up to the order of equal values
+    visit = np.lexsort((values, codes))
+    np.testing.assert_array_equal(cs, codes[visit])
+    assert np.all(vs == values[visit])
 
 
 @pytest.mark.parametrize("seed,m,n_codes,kind", GROUPED)
@@ -352,7 +261,7 @@ def test_group_order_threshold_and_ties():
 def check_moments(xs: np.ndarray, count: np.ndarray, compare_lo_hi: bool = True) -> None:
     with np.errstate(all="ignore"):
         got = kernels.shifted_moments(xs, count)
-    expected = twin_shifted_moments(xs, count)
+    expected = estimators.shifted_moments(xs, count)
     names = ("dev", "m2", "scale", "lo", "hi") if compare_lo_hi else ("dev", "m2", "scale")
     for name, a, e in zip(("dev", "m2", "scale", "lo", "hi"), got, expected):
         if name in names:
@@ -419,7 +328,7 @@ def test_shifted_moments_nan_lo_hi(xs):
 
 def check_normalize(values, codes, n_codes, normalize_by_std):
     got = kernels.normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
-    expected = twin_normalize_in_groups(values, codes, n_codes, normalize_by_std, EPS)
+    expected = estimators.normalize_in_groups(values, codes, n_codes, normalize_by_std)
     assert_bits(got[0], expected[0], "out")
     assert (int(got[1]), int(got[2])) == expected[1:], "singleton / constant counts"
 
@@ -449,7 +358,9 @@ def test_normalize_in_groups_edges(normalize_by_std):
     perm = np.random.default_rng(3).permutation(len(values))
     with np.errstate(all="ignore"):
         check_normalize(values[perm], codes[perm], 2 * len(groups) + 1, normalize_by_std)
-    out, n_singleton, n_constant = kernels.normalize_in_groups(values, codes, 2 * len(groups) + 1, normalize_by_std, EPS)
+    out, n_singleton, n_constant = kernels.normalize_in_groups(
+        values, codes, 2 * len(groups) + 1, normalize_by_std, EPS
+    )
     assert (n_singleton, n_constant) == (1, 1)
     assert np.all(out[:4] == 0.0)
     check_normalize(np.zeros(0), np.zeros(0, dtype=np.int64), 0, normalize_by_std)
@@ -471,14 +382,15 @@ def check_standardize(values, codes, n_codes, in_order):
     """in_order: codes come sorted (one run per scope, as a trajectory's steps do) and
     standardize_in_trajectories visits each run in place, also with the rows moved elsewhere;
     else standardize_in_scopes visits each scope by value."""
-    expected = twin_standardize_in_scopes(values, codes, n_codes, in_order, Z_STD_FLOOR)
     if not in_order:
+        expected = estimators.standardize_in_scopes(values, codes, n_codes)
         got = kernels.standardize_in_scopes(values, codes, n_codes, Z_STD_FLOOR)
         assert_bits(got[0], expected[0], "z")
         assert int(got[1]) == expected[1], "flat scopes"
         return
     length = np.bincount(codes, minlength=n_codes).astype(np.int64)
     start = (np.cumsum(length) - length).astype(np.int64)
+    expected = estimators.standardize_in_trajectories(values, make_index(start, length))
     got = kernels.standardize_in_trajectories(values, NO_ROWS, start, length, Z_STD_FLOOR)
     assert_bits(got[0], expected[0], "z")
     assert int(got[1]) == expected[1], "flat scopes"
@@ -486,6 +398,8 @@ def check_standardize(values, codes, n_codes, in_order):
     moved = kernels.standardize_in_trajectories(in_file(values, rows), rows, start, length, Z_STD_FLOOR)
     assert_bits(moved[0][rows], expected[0], "z through rows")
     assert int(moved[1]) == expected[1]
+    numpy_moved = estimators.standardize_in_trajectories(in_file(values, rows), make_index(start, length, rows))
+    assert_bits(numpy_moved[0][rows], expected[0], "numpy z through rows")
 
 
 @pytest.mark.parametrize("in_order", [False, True])
@@ -597,7 +511,11 @@ def loop_step_groups(hashes, order, traj_start, traj_len, traj_group, canon):
                 members.append([])
             codes[row] = seen[key]
             members[seen[key]].append(row)
-    return codes, np.array([len(m) for m in members], dtype=np.int64), np.array([min(m) for m in members], dtype=np.int64)
+    return (
+        codes,
+        np.array([len(m) for m in members], dtype=np.int64),
+        np.array([min(m) for m in members], dtype=np.int64),
+    )
 
 
 def row_traj_of(order: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray) -> np.ndarray:
@@ -607,18 +525,21 @@ def row_traj_of(order: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n_traj,n_groups,max_len,n_hashes", [(1, 1, 1, 1), (5, 1, 4, 2), (40, 6, 12, 5), (300, 40, 30, 1000), (300, 300, 3, 2**62)])
+@pytest.mark.parametrize(
+    "n_traj,n_groups,max_len,n_hashes",
+    [(1, 1, 1, 1), (5, 1, 4, 2), (40, 6, 12, 5), (300, 40, 30, 1000), (300, 300, 3, 2**62)],
+)
 @pytest.mark.parametrize("identity", [False, True])
 def test_step_groups_by_hash(seed, n_traj, n_groups, max_len, n_hashes, identity):
     """Codes as the canonical walk numbers them, whatever order the groups are taken in; the
-    pairs: every row of a multi-row code but its smallest, with that smallest row."""
-    from gaca_cli.log.grouping import group_walk
-
+    pairs: every row of a multi-row code but its smallest, with that smallest row. The same as
+    step_groups.hash_codes and as a plain loop."""
     rng = np.random.default_rng(seed)
     traj_start, traj_len, traj_group, canon, order = random_index(rng, n_traj, n_groups, max_len, identity)
+    index = make_index(traj_start, traj_len, order, traj_group, canon)
     n = int(traj_len.sum())
-    hashes = (rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-    walk, group_rank = group_walk(traj_group, canon)
+    hashes = rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    walk, group_rank = index.group_walk
     codes, rows, reps = kernels.step_groups_by_hash(
         hashes, order, traj_start, traj_len, traj_group, row_traj_of(order, traj_start, traj_len), walk, group_rank
     )
@@ -626,75 +547,12 @@ def test_step_groups_by_hash(seed, n_traj, n_groups, max_len, n_hashes, identity
     np.testing.assert_array_equal(codes, e_codes, strict=True)
     expected = sorted((r, int(e_rep[c])) for r, c in enumerate(e_codes.tolist()) if e_size[c] > 1 and r != e_rep[c])
     assert sorted(zip(rows.tolist(), reps.tolist())) == expected
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n_traj,n_groups,max_len,n_hashes", [(1, 1, 1, 1), (5, 1, 4, 2), (40, 6, 12, 5), (300, 40, 30, 1000), (200, 3, 60, 4)])
-@pytest.mark.parametrize("identity", [False, True])
-@pytest.mark.parametrize("normalize_by_std", [False, True])
-def test_normalize_step_groups(seed, n_traj, n_groups, max_len, n_hashes, identity, normalize_by_std):
-    """Episode group by episode group, the same values as normalize_in_groups, bit for bit
-    (groups above the insertion-sort threshold and ties included); codes that span more than
-    their group's rows, or occur in two groups, are refused."""
-    from gaca_cli.log.grouping import group_walk
-
-    rng = np.random.default_rng(seed)
-    traj_start, traj_len, traj_group, canon, order = random_index(rng, n_traj, n_groups, max_len, identity)
-    n = int(traj_len.sum())
-    hashes = (rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
-    walk, group_rank = group_walk(traj_group, canon)
-    row_traj = row_traj_of(order, traj_start, traj_len)
-    codes, _, _ = kernels.step_groups_by_hash(hashes, order, traj_start, traj_len, traj_group, row_traj, walk,
-                                              group_rank)
-    k = int(codes.max()) + 1
-
-    def run(values, codes):
-        return kernels.normalize_step_groups(values, codes, int(codes.max()) + 1, order, traj_start, traj_len,
-                                             traj_group, walk, normalize_by_std, EPS)
-
-    for kind in KINDS:
-        values = random_values(rng, n, kind)
-        ok, out, size, single, const = run(values, codes)
-        assert ok
-        e_out, e_single, e_const = kernels.normalize_in_groups(values, codes, k, normalize_by_std, EPS)
-        assert_bits(out, e_out, kind)
-        assert (single, const) == (e_single, e_const)
-        np.testing.assert_array_equal(size, np.bincount(codes, minlength=k)[codes], strict=True)
-    # codes renumbered at random: accepted exactly when every group's codes still span fewer
-    # values than its rows, and then still right
-    shuffled = rng.permutation(k)[codes]
-    group_of_row = traj_group[row_traj]
-    groups = range(int(traj_group.max()) + 1)
-    spans = [(np.ptp(shuffled[group_of_row == g]), int((group_of_row == g).sum())) for g in groups]
-    ok, out, _, single, const = run(values, shuffled)
-    assert ok == all(span < rows for span, rows in spans)
-    if ok:
-        e_out, e_single, e_const = kernels.normalize_in_groups(values, shuffled, k, normalize_by_std, EPS)
-        assert_bits(out, e_out, "renumbered")
-        assert (single, const) == (e_single, e_const)
-    # one code in two episode groups: refused
-    if traj_group.max() >= 1:
-        merged = codes.copy()
-        first_of = [codes[group_of_row == g].min() for g in (0, 1)]
-        merged[merged == first_of[1]] = first_of[0]
-        assert not run(values, merged)[0]
+    n_codes, n_rows, n_reps = step_groups.hash_codes(hashes, index)
+    np.testing.assert_array_equal(n_codes, codes, strict=True)
+    assert sorted(zip(n_rows.tolist(), n_reps.tolist())) == expected
 
 
 # ------------------------------------------------------------------------------ renumber_by_first_position
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("n,n_codes", [(0, 0), (0, 3), (1, 1), (1, 5), (20, 3), (20, 40), (300, 50)])
-def test_renumber_by_first_position(seed, n, n_codes):
-    rng = np.random.default_rng(seed)
-    codes = random_codes(rng, n, n_codes)
-    position = rng.permutation(n).astype(np.int64) if seed % 3 else np.arange(n, dtype=np.int64)
-    got = kernels.renumber_by_first_position(codes, position, n_codes)
-    expected = loop_renumber(codes, position, n_codes)
-    np.testing.assert_array_equal(got, expected, strict=True)
-    if n:
-        np.testing.assert_array_equal(got, twin_renumber(codes, position, n_codes), strict=True)
-        assert sorted(set(got.tolist())) == list(range(len(set(codes.tolist()))))  # unused skipped
 
 
 # ------------------------------------------------------------------------------ trajectory_sums
@@ -702,8 +560,9 @@ def test_renumber_by_first_position(seed, n, n_codes):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_trajectory_sums_match_numpy(seed):
-    """Per-trajectory centred sums over the non-NaN u, in step order: the same as a plain loop
-    per trajectory (sequential float adds), for (x−mx)², (u−mu)² and (x−mx)(u−mu)."""
+    """Per-trajectory centred sums over the non-NaN u, in step order: the same as
+    summary.centred_sums and as a plain loop per trajectory (sequential float adds), for
+    (x−mx)², (u−mu)² and (x−mx)(u−mu)."""
     rng = np.random.default_rng(seed)
     length = rng.integers(1, 9, size=int(rng.integers(1, 40)))
     start = np.cumsum(length) - length
@@ -727,29 +586,11 @@ def test_trajectory_sums_match_numpy(seed):
     assert len(got) == 3
     for name, a, e in zip(("sxx", "suu", "sxu"), got, expected):
         assert_bits(a, e, name)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("absolute", [False, True])
-def test_trajectory_totals(seed, absolute):
-    """Σ scale·x (or |scale·x|) per trajectory, added in step order as a plain loop does,
-    whatever the rows' order in the file."""
-    rng = np.random.default_rng(seed)
-    length = rng.integers(1, 30, size=int(rng.integers(1, 40)))
-    start = np.cumsum(length) - length
-    n = int(length.sum())
-    x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 9, size=n)
-    scale = float(rng.choice([1.0, 0.3, 2.5]))
-    got = kernels.trajectory_totals(x, NO_ROWS, start, length, scale, absolute)
-    expected = np.zeros(len(start))
-    for t, (a, k) in enumerate(zip(start, length)):
-        acc = 0.0
-        for i in range(a, a + k):
-            acc += abs(scale * x[i]) if absolute else scale * x[i]
-        expected[t] = acc
-    assert_bits(got, expected, "totals")
-    rows = rng.permutation(n).astype(np.int64)
-    assert_bits(kernels.trajectory_totals(in_file(x, rows), rows, start, length, scale, absolute), expected, "rows")
+    for name, a, e in zip(("sxx", "suu", "sxu"), summary.centred_sums(x, u, mx, mu, make_index(start, length)), got):
+        assert_bits(a, e, f"numpy {name}")
+    numpy_moved = summary.centred_sums(in_file(x, rows), in_file(u, rows), mx, mu, make_index(start, length, rows))
+    for a, b in zip(numpy_moved, got):
+        assert_bits(a, b, "numpy through rows")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -805,8 +646,8 @@ def test_trajectory_index(seed, damage, optional):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("with_lam", [False, True])
 def test_trajectory_summary(seed, with_lam):
-    """The summary's fused pass gives the sums of the separate kernels, bit for bit, through
-    `rows` as in place."""
+    """The summary's fused pass gives the sums of summary.trajectory_sums, bit for bit, and of
+    plain loops, through `rows` as in place."""
     rng = np.random.default_rng(seed)
     length = rng.integers(1, 30, size=int(rng.integers(1, 40)))
     start = np.cumsum(length) - length
@@ -818,47 +659,32 @@ def test_trajectory_summary(seed, with_lam):
     none = np.zeros(0)
     args = (lam, u) if with_lam else (none, none)
     got = kernels.trajectory_summary(adv_e, adv_s, w, *args, NO_ROWS, start, length)
-    assert_bits(got[0], kernels.trajectory_totals(adv_e, NO_ROWS, start, length, 1.0, True), "|A^E|")
-    assert_bits(got[1], kernels.trajectory_totals(adv_s, NO_ROWS, start, length, w, True), "|w A^S|")
-    if with_lam:
-        assert_bits(got[2], kernels.trajectory_totals(lam, NO_ROWS, start, length, 1.0, False), "lambda")
-        first = [np.zeros(len(start)) for _ in range(3)]  # Σ λ, Σ u, count over the non-NaN u, in order
-        for t, (a, k) in enumerate(zip(start, length)):
-            for i in range(a, a + k):
+    sums = [np.zeros(len(start)) for _ in range(6)]  # plain loops: each sum in step order
+    for t, (a, k) in enumerate(zip(start, length)):
+        for i in range(a, a + k):
+            terms = [abs(adv_e[i]), abs(w * adv_s[i])]
+            if with_lam:
+                terms.append(lam[i])
                 if not np.isnan(u[i]):
-                    for j, term in enumerate((lam[i], u[i], 1.0)):
-                        first[j][t] += term
-        for a, b in zip(got[3:], first):
-            assert_bits(a, b, "first pass")
-    else:
-        assert not np.any(np.concatenate(got[2:]))
+                    terms += [lam[i], u[i], 1.0]
+            for j, term in enumerate(terms):
+                sums[j][t] += term
+    for name, a, e in zip(("|A^E|", "|w A^S|", "lambda", "lambda kept", "u kept", "kept"), got, sums):
+        assert_bits(a, e, name)
+    lam_u = (lam, u) if with_lam else (None, None)
+    for a, b in zip(summary.trajectory_sums(adv_e, adv_s, w, *lam_u, make_index(start, length)), got):
+        assert_bits(a, b, "numpy")
     rows = rng.permutation(n).astype(np.int64)
     moved_args = tuple(in_file(a, rows) for a in args) if with_lam else args
     moved = kernels.trajectory_summary(in_file(adv_e, rows), in_file(adv_s, rows), w, *moved_args, rows, start, length)
     for a, b in zip(moved, got):
         assert_bits(a, b, "through rows")
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_gaca_blend_matches_numpy(seed):
-    """λ and A in one pass: the numpy form of estimators.gaca, bit for bit (clipping at both
-    bounds, singleton step groups, ω = 0, β = 0)."""
-    rng = np.random.default_rng(seed)
-    n = 2000
-    z = rng.standard_normal(n) * 3.0
-    z[rng.random(n) < 0.2] = 0.0
-    size = rng.integers(1, 5, size=n).astype(np.int64)
-    adv_e, adv_s = rng.standard_normal(n), rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3)
-    omega = float(rng.choice([0.0, 0.5, 1.0, 3.0]))
-    lam_bar = omega / (1.0 + omega)
-    beta = float(rng.choice([0.0, 0.1, 0.7]))
-    lam_min, lam_max = (0.0, 1.0) if seed % 2 else (max(0.0, lam_bar - 0.2), min(1.0, lam_bar + 0.1))
-    base = adv_e + omega * adv_s
-    lam, adv = kernels.gaca_blend(z, size, adv_e, adv_s, base, lam_bar, beta, lam_min, lam_max, omega)
-    e_lam = np.clip(lam_bar + beta * z, lam_min, lam_max)
-    e_lam[size == 1] = lam_bar
-    assert_bits(lam, e_lam, "lambda")
-    assert_bits(adv, base + (1.0 + omega) * (e_lam - lam_bar) * (adv_s - adv_e), "advantage")
+    moved_lam_u = tuple(in_file(a, rows) for a in args) if with_lam else (None, None)
+    numpy_moved = summary.trajectory_sums(
+        in_file(adv_e, rows), in_file(adv_s, rows), w, *moved_lam_u, make_index(start, length, rows)
+    )
+    for a, b in zip(numpy_moved, got):
+        assert_bits(a, b, "numpy through rows")
 
 
 def test_warm_up_runs_every_kernel():
@@ -868,27 +694,57 @@ def test_warm_up_runs_every_kernel():
 
 
 def test_warm_up_covers_the_signatures_a_run_uses():
-    """After kernels.warm_up, a run of every method on the example log (read as the command
-    reads it) calls no kernel with argument types the warm-up did not load: otherwise that
-    kernel's machine code would be loaded (or compiled) in the middle of the compute phase.
-    In a fresh interpreter, so that other tests' calls cannot have loaded them already."""
+    """After kernels.warm_up, runs of every method and scope on the example log (read as the
+    command reads it, the compiled path forced) call every kernel, and none with argument
+    types the warm-up did not load: otherwise that kernel's machine code would be loaded (or
+    compiled) in the middle of the compute phase. In a fresh interpreter, so that other tests'
+    calls cannot have loaded them already."""
+    import os
     import subprocess
     import sys
 
     code = f"""
-import numba
+import functools, numba
 from gaca_cli.advantages import _kernels as K
+from gaca_cli.log import _kernels as LK
 from gaca_cli.advantages.run import compute_advantages
 from gaca_cli.advantages.reading import read_for_advantages
 from gaca_cli.advantages.config import AdvantagesConfig
 K.warm_up()
-kernels = {{n: d for n, d in vars(K).items() if isinstance(d, numba.core.registry.CPUDispatcher)}}
-before = {{n: set(d.signatures) for n, d in kernels.items()}}
+kernels = {{(m, n): d for m in (K, LK) for n, d in vars(m).items() if isinstance(d, numba.core.registry.CPUDispatcher)}}
+before = {{k: set(d.signatures) for k, d in kernels.items()}}
+called = set()
+def counting(name, d):
+    @functools.wraps(d)
+    def call(*args):
+        called.add(name)
+        return d(*args)
+    return call
+for (m, n), d in kernels.items():
+    setattr(m, n, counting(n, d))
 for method in ("grpo", "gigpo", "gaca"):
-    config = AdvantagesConfig(method=method)
-    compute_advantages(read_for_advantages([{str(EXAMPLE_LOG)!r}], {{}}, config), config)
-print(sorted(n for n, d in kernels.items() if set(d.signatures) - before[n]))
+    for scope in ("trajectory", "group", "batch"):
+        config = AdvantagesConfig(method=method, nll_scope=scope)
+        compute_advantages(read_for_advantages([{str(EXAMPLE_LOG)!r}], {{}}, config), config)
+print(sorted(n for (m, n), d in kernels.items() if set(d.signatures) - before[(m, n)]))
+print(sorted(called))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    env = {**os.environ, ENV: "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False, env=env
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]", done.stdout
+    new_signatures, called = done.stdout.strip().splitlines()
+    assert new_signatures == "[]", new_signatures
+    # every kernel the library calls (the others are called by these)
+    entry_points = [
+        "discounted_returns",
+        "normalize_in_groups",
+        "standardize_in_scopes",
+        "standardize_in_trajectories",
+        "step_groups_by_hash",
+        "trajectory_index",
+        "trajectory_summary",
+        "trajectory_sums",
+    ]
+    assert called == str(sorted(entry_points))

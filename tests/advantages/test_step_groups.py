@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.anchors import anchors_of
+from gaca_cli.advantages._compiled import ENV
 from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.log.anchors import PolarsAnchors, initial_anchors_differ
+from gaca_cli.advantages.run import compute_advantages
 from gaca_cli.advantages.step_groups import first_appearance_codes, step_group_codes
+from gaca_cli.log.anchors import PolarsAnchors, anchors_of, initial_anchors_differ
+from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.io import Log
 from tests.advantages.reference import random_rows, reference_advantages, rows_to_table, same_partition
 
@@ -47,24 +47,26 @@ SEEDS = range(40)
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("buckets", [1, 2, 7])
-def test_codes_do_not_depend_on_the_hash(seed, buckets):
+@pytest.mark.parametrize("kernels", ["0", "1"])
+def test_codes_do_not_depend_on_the_hash(seed, buckets, kernels, monkeypatch):
+    """Through the numpy definition (step_groups.hash_codes) and its compiled twin."""
+    monkeypatch.setenv(ENV, kernels)
     rows = random_rows(seed, max_groups=5, max_trajs=5, max_steps=6)
     log = memory_log(rows)
     index, _ = prepare_log(log, "advantages:gigpo", canonical=False)
-    trajs = index.trajectories
     honest = anchors_of(log, anchor_name(log))
     colliding = CollidingAnchors(honest.series, buckets)
-    codes = step_group_codes(trajs, honest)
-    np.testing.assert_array_equal(step_group_codes(trajs, colliding), codes, strict=True)
+    codes = step_group_codes(index, honest)
+    np.testing.assert_array_equal(step_group_codes(index, colliding), codes, strict=True)
     # dense and numbered by first appearance in canonical order
-    np.testing.assert_array_equal(first_appearance_codes(codes, trajs.canonical_row_position), codes)
+    np.testing.assert_array_equal(first_appearance_codes(codes, index.canonical_row_position), codes)
     # the partition of the reference: same episode group and same anchor text
     name = anchor_name(log)
     keys = [(row["group_id"], row[name]) for row in rows]
     assert same_partition(codes.tolist(), keys)
-    differ = initial_anchors_differ(trajs, index.n_groups, honest)
-    assert initial_anchors_differ(trajs, index.n_groups, colliding) == differ
-    assert initial_anchors_differ(trajs, index.n_groups, colliding, codes) == differ
+    differ = initial_anchors_differ(index, index.n_groups, honest)
+    assert initial_anchors_differ(index, index.n_groups, colliding) == differ
+    assert initial_anchors_differ(index, index.n_groups, colliding, codes) == differ
     expected = {
         g
         for g in {row["group_id"] for row in rows}
@@ -76,7 +78,9 @@ def test_codes_do_not_depend_on_the_hash(seed, buckets):
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("method", ["grpo", "gigpo", "gaca"])
 @pytest.mark.parametrize("similarity", [None, 0.6])
-def test_outputs_and_warnings_do_not_depend_on_the_hash(seed, method, similarity):
+@pytest.mark.parametrize("kernels", ["0", "1"])
+def test_outputs_and_warnings_do_not_depend_on_the_hash(seed, method, similarity, kernels, monkeypatch):
+    monkeypatch.setenv(ENV, kernels)
     rows = random_rows(seed, max_groups=5, max_trajs=5, max_steps=6)
     config = AdvantagesConfig(method=method, anchor_similarity=similarity)
     honest = compute_advantages(memory_log(rows), config)
@@ -89,3 +93,28 @@ def test_outputs_and_warnings_do_not_depend_on_the_hash(seed, method, similarity
     if method != "grpo":
         ref = reference_advantages(rows, method=method, anchor_similarity=similarity)
         assert same_partition(colliding.new_columns.column("step_group_id").to_pylist(), ref["step_group_id"])
+
+
+def loop_first_appearance(codes: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """Walk the rows by ascending position; a code gets the next number when first seen."""
+    row_at = {int(p): i for i, p in enumerate(position.tolist())}
+    new: dict[int, int] = {}
+    for pos in range(len(codes)):
+        c = int(codes[row_at[pos]])
+        if c not in new:
+            new[c] = len(new)
+    return np.array([new[int(c)] for c in codes.tolist()], dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("n,n_codes", [(0, 3), (1, 1), (1, 5), (20, 3), (20, 40), (300, 50)])
+def test_first_appearance_codes(seed, n, n_codes):
+    """Renumbered by first position, unused codes skipped: as the plain loop does."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, n_codes, size=n).astype(np.int64)
+    position = rng.permutation(n).astype(np.int64) if seed % 3 else np.arange(n, dtype=np.int64)
+    got = first_appearance_codes(codes, position)
+    np.testing.assert_array_equal(got, loop_first_appearance(codes, position), strict=True)
+    assert sorted(set(got.tolist())) == list(range(len(set(codes.tolist()))))
+    if seed % 3 == 0:
+        np.testing.assert_array_equal(first_appearance_codes(codes), got, strict=True)
