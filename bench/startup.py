@@ -1,0 +1,131 @@
+"""Benchmark: the commands a training loop calls on one batch, where start-up dominates.
+
+Times, as a user waits for them (a fresh `python -m gaca_cli` process, interpreter start and
+imports included, wall clock), on a synthetic log of one training batch (bench/synth.py,
+30k rows by default):
+
+- `gaca advantages LOG --method gaca -o OUT` (target: ≤ 1.0 s on 2 cores),
+- `gaca --help`, `gaca validate LOG`, and `gaca inspect OUT` on the annotated output,
+
+for this working tree and, side by side in the same run, for the code of a git revision
+(`--against`, default 595808a, the last layout before the numpy definitions; a git worktree
+under the system's temporary directory). Commands alternate between the two trees, each is
+run `--repeat` times after one unmeasured run (which fills numba's cache and the OS's file
+cache), and the table gives the median and the best wall time with the ratio to the
+baseline's median.
+
+    python bench/startup.py                       # 30k rows, against 595808a, 7 runs each
+    python bench/startup.py --rows 100000 --repeat 5 --against HEAD
+    python bench/startup.py --no-baseline         # this tree only
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import synth  # noqa: E402
+
+DEFAULT_AGAINST = "595808a"
+TARGET_ADVANTAGES_S = 1.0
+
+
+def worktree(rev: str) -> Path:
+    """A detached git worktree of `rev` under the temporary directory, made once and reused."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = Path(tempfile.gettempdir()) / f"gaca-bench-{sha}"
+    if not (path / "gaca_cli").is_dir():
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True, capture_output=True
+        )
+    return path
+
+
+def wall_time(tree: Path, args: list[str], cwd: Path) -> float:
+    """Seconds one `python -m gaca_cli ARGS` takes with `tree` first on the import path."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("GACA_KERNELS", None)  # the path the command chooses itself
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "gaca_cli", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"`gaca {' '.join(args)}` failed in {tree} (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=30_000, help="rows of the synthetic log (default 30k)")
+    parser.add_argument("--repeat", type=int, default=7, help="measured runs of each command in each tree")
+    parser.add_argument("--against", default=DEFAULT_AGAINST, help="git revision to compare with")
+    parser.add_argument("--no-baseline", action="store_true", help="time this working tree only")
+    parser.add_argument("--data-dir", type=Path, default=synth.DATA_DIR, help="cache of synthetic logs")
+    args = parser.parse_args(argv)
+
+    log = synth.ensure_log(args.rows, data_dir=args.data_dir).resolve()
+    trees = {"current": ROOT}
+    if not args.no_baseline:
+        trees[f"base {args.against}"] = worktree(args.against)
+    with tempfile.TemporaryDirectory(prefix="gaca-startup-") as tmp:
+        work = Path(tmp)
+        commands = {}
+        for name in trees:
+            out = work / f"{name.split()[0]}.parquet"
+            commands[name] = {
+                "advantages --method gaca": ["advantages", str(log), "--method", "gaca", "-o", str(out)],
+                "--help": ["--help"],
+                "validate": ["validate", str(log)],
+                "inspect (annotated)": ["inspect", str(out), "--no-pager"],
+            }
+        times: dict[tuple[str, str], list[float]] = {}
+        for name, tree in trees.items():  # unmeasured: caches filled, the annotated file written
+            for cmd in commands[name].values():
+                wall_time(tree, cmd, work)
+        for _ in range(args.repeat):
+            for what in commands["current"]:
+                for name, tree in trees.items():
+                    times.setdefault((name, what), []).append(wall_time(tree, commands[name][what], work))
+
+    print(
+        f"start-up benchmark: {args.rows:,} rows ({log.name}), {args.repeat} runs per cell after one unmeasured run,"
+        f" {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; wall seconds of `python -m gaca_cli ...`"
+    )
+    head = ("command", "tree", "median s", "best s", "× base (median)")
+    lines = [head]
+    base = next((n for n in trees if n.startswith("base")), None)
+    for what in commands["current"]:
+        for name in trees:
+            runs = times[(name, what)]
+            ratio = ""
+            if base is not None and name != base:
+                ratio = f"{statistics.median(runs) / statistics.median(times[(base, what)]):.2f}"
+            lines.append((what, name, f"{statistics.median(runs):.2f}", f"{min(runs):.2f}", ratio))
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    for j, row in enumerate(lines):
+        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+    median = statistics.median(times[("current", "advantages --method gaca")])
+    print(
+        f"\ntarget: `gaca advantages` (gaca) on {args.rows:,} rows ≤ {TARGET_ADVANTAGES_S:.1f} s: median {median:.2f} s,"
+        f" {'met' if median <= TARGET_ADVANTAGES_S else 'NOT met'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
