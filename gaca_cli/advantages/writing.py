@@ -4,8 +4,8 @@ Two paths write the same content (what pyarrow, polars and duckdb read back is c
 tests/log/test_writers.py, on files from each of them):
 
 - spliced: for plain Parquet files, the input's compressed column chunks are copied byte for
-  byte and only the method's columns are encoded (the private gaca_cli.log._splice; 15-20x
-  faster than the rewrite and 2-3x less memory on 1M-10M rows, bench/write.py);
+  byte and only the method's columns are encoded (the private gaca_cli.log._splice; 10-17x
+  faster than the rewrite on 1M-10M rows, with up to 2.7x less memory: bench/write.py);
 - rewritten: the whole log read and written again by pyarrow, for directories (hive
   partitions), for inputs the splice refuses, and whenever `GACA_NO_SPLICE=1` is set.
 

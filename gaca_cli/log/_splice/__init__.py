@@ -3,13 +3,15 @@
 Why it exists: the output is the input plus a few numeric columns. pyarrow would decode every
 carried column (prompts, observations: most of the bytes) and encode it again; the splice copies
 the input's compressed column chunks byte for byte and encodes only the new columns. Measured
-by bench/write.py (synthetic logs, 2-core machine, the whole `write_annotated` call):
+by bench/write.py (synthetic logs, the whole `write_annotated` call, 2 cores shared with other
+jobs; the CPU ratio is the steadier figure):
 
-    rows   write time, splice / plain      output size, splice / plain
-    1M     0.10 s /  1.55 s  (15.6x)        49 MB /  56 MB  (1.13x)
-    10M    0.70 s / 13.80 s  (19.8x)       497 MB / 591 MB  (1.19x)
+    rows   write time, splice / plain     CPU ratio   output size, splice / plain   peak memory
+    30k     0.05 s /  0.08 s   (1.6x)       1.7x        1.5 MB /   1.3 MB  (0.91x)    1.1x less
+    1M      0.18 s /  1.77 s  (10.0x)      10.2x         49 MB /    56 MB  (1.13x)    1.5x less
+    10M     0.81 s / 13.50 s  (16.6x)       9.4x        497 MB /   591 MB  (1.19x)    2.7x less
 
-(peak memory 2.1 GB against 5.8 GB at 10M rows: the plain path holds the whole table.)
+(the plain path reads every carried column back into memory; at 30k rows both take a blink.)
 
 The fence: only `gaca_cli.advantages.writing.write_annotated` calls `splice_columns`, and it
 falls back to the plain pyarrow write, with a warning that gives the reason, whenever the
