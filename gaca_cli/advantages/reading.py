@@ -1,5 +1,5 @@
-"""Reading a log for `gaca advantages`: only the columns the method uses, the anchor column
-grouped without holding its text where the files allow it."""
+"""Reading a log for `gaca advantages`: only the columns the method uses, and a large anchor
+column left on disk (its hashes kept, its text read again only where candidates are compared)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,17 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 
-import pyarrow as pa
-
 from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.anchors import ScannedAnchors
+from gaca_cli.log.anchors import StreamedAnchors
 from gaca_cli.log.io import Log, expand_inputs, read_log
+
+#: An anchor column estimated to take more memory than this (as polars holds it) is left on
+#: disk; a smaller one is read and held. Holding is faster (one read instead of two) but costs
+#: the column's size: on the benchmark's logs (~200 bytes per anchor) 1M rows (~200 MB) are
+#: held, 3M (~600 MB) would take the peak from 1.2x to 1.8x the log's in-memory size.
+HOLD_ANCHOR_BYTES = 256 * 2**20
 
 
 def columns_read(config: AdvantagesConfig, names: Sequence[str]) -> list[str]:
@@ -32,50 +37,39 @@ def read_for_advantages(
     paths: Sequence[str | os.PathLike], column_map: Mapping[str, str], config: AdvantagesConfig
 ) -> Log:
     """The columns of the log that `config`'s method reads (`columns_read`), ids read
-    dictionary-encoded (cheap to rank). The anchor text of plain Parquet files is never held
-    in memory: gaca_cli.log._anchor_scan hashes it page by page, and compares the candidates for
-    equal anchors the same way later (`ScannedAnchors`). Layouts the scan does not know, and
-    directories, have the anchor read by polars (hashed and compared there)."""
+    dictionary-encoded (cheap to rank). An anchor column of plain Parquet files that would
+    take more than `HOLD_ANCHOR_BYTES` in memory stays on disk (`StreamedAnchors`: its hashes,
+    from one pass in batches, and the text of candidate pairs read again to compare them);
+    a smaller one, one of directories, or one that is not text, is read by polars and held."""
     threading.Thread(target=_warm_up_kernels, name="gaca-kernels", daemon=True).start()
-    scanning = not any(is_dir for _, is_dir in expand_inputs(paths))
-    deferred: list[str] = []  # the anchor column, left to the scan
+    plain_files = not any(is_dir for _, is_dir in expand_inputs(paths))
+    deferred: list[str] = []  # the anchor column, read after the others if it is held
 
     def choose(names: list[str]) -> list[str]:
         wanted = columns_read(config, names)
-        if scanning:
+        if plain_files:
             deferred[:] = [n for n in wanted if n in (C.ANCHOR_KEY, C.ANCHOR_OBS)]
         return [n for n in wanted if n not in deferred]
 
-    log = read_log(paths, column_map, columns=choose, dictionary=(C.GROUP_ID, C.TRAJ_ID),
-                   via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY))
+    log = read_log(
+        paths, column_map, columns=choose, dictionary=(C.GROUP_ID, C.TRAJ_ID), via_polars=(C.ANCHOR_OBS, C.ANCHOR_KEY)
+    )
     if deferred:
-        scanned = _scan_anchors(log, deferred[0])
-        if scanned is None:
+        anchors = StreamedAnchors.from_files(log.files, log.original_name(deferred[0]))
+        if anchors is None or anchors.nbytes <= HOLD_ANCHOR_BYTES:
             return log.with_columns(deferred, via_polars=deferred)
-        log.cache[("anchors", deferred[0])] = ScannedAnchors(scanned)
+        if anchors.n_rows != log.table.num_rows:
+            raise GacaError("the input changed while it was being read; run again", file=log.source)
+        log.cache[("anchors", deferred[0])] = anchors
     return log
-
-
-def _scan_anchors(log: Log, name: str):
-    """The anchor column's hashes, streamed from the files' pages (gaca_cli.log._anchor_scan), or
-    None when it is not text or the scan does not know the files' layout."""
-    t = log.file_schema.field(name).type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        return None
-    from gaca_cli.log._anchor_scan import scan_anchors
-
-    return scan_anchors(log.files, log.original_name(name))
 
 
 def _warm_up_kernels() -> None:
     """Import and load the compiled kernels while the main thread reads (pyarrow and polars
     release the GIL). Errors are left to the real calls, which report them properly."""
     try:
-        from gaca_cli.log import _anchor_scan as anchor_scan
         from gaca_cli.advantages import _kernels as kernels
 
         kernels.warm_up()
-        anchor_scan.warm_up()
     except Exception:  # noqa: BLE001 - the computation itself will raise it with context
         pass
-

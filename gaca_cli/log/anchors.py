@@ -2,43 +2,58 @@
 anchor warnings (empty anchors, episode groups whose step-0 anchors differ).
 
 Hashes only find candidates for equal anchors; every match is confirmed exactly, so a hash
-collision can never merge two different anchors.
+collision can never merge two different anchors. The column is held one of two ways:
+`PolarsAnchors` keeps it in memory as one polars Series; `StreamedAnchors` keeps only its
+hashes and reads the text again from the files when candidates must be compared.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import os
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.grouping import Trajectories, plain
-from gaca_cli.log.io import Log
+from gaca_cli.log.io import Log, _polars_reads
 
 if TYPE_CHECKING:
     import polars as pl
 
     from gaca_cli.log.checks import StepIndex
 
+HASH_SEED = 0  # polars' hashes are stable within one process (and one polars version)
+#: text read per batch by `StreamedAnchors` (estimated in memory, as polars string views)
+BATCH_BYTES = 128 * 2**20
+#: wanted rows this far apart are read as separate runs (see `StreamedAnchors._lookup`)
+GAP_ROWS = 65536
+_VIEW_BYTES = 16  # a polars string view per row, besides the text
 
-def anchor_series(column: pa.ChunkedArray) -> pl.Series:
+
+def anchor_series(column: pa.ChunkedArray | pa.Array) -> pl.Series:
     """An anchor column as one polars Series in file order (string views: gathers move
     16-byte views, not the text)."""
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     # one chunk: polars gathers from a many-chunk series ~30x slower
-    import polars as pl  # imported on use: a scanned anchor column never needs it
+    import polars as pl  # imported on use: `gaca --help` does not need it
 
-    return pl.from_arrow(column).rechunk()
+    series = pl.from_arrow(column)
+    assert isinstance(series, pl.Series)  # an array, not a table
+    return series.rechunk()
 
 
 class Anchors:
     """An anchor column, addressed by file row. `PolarsAnchors` holds it as a polars Series;
-    `ScannedAnchors` (gaca_cli.log._anchor_scan) streams it from the files' pages without keeping
-    it. Hashes only find candidates; `equal_rows` decides, exactly."""
+    `StreamedAnchors` reads it from the files without keeping it. Hashes only find
+    candidates; `equal_rows` decides, exactly."""
 
     def file_hashes(self) -> np.ndarray:
         """uint64 [N] hash of each row's anchor (equal anchors, equal hashes)."""
@@ -64,7 +79,7 @@ class PolarsAnchors(Anchors):
     series: pl.Series
 
     def file_hashes(self) -> np.ndarray:
-        return self.series.hash(seed=0).to_numpy().astype(np.uint64, copy=False)
+        return self.series.hash(seed=HASH_SEED).to_numpy().astype(np.uint64, copy=False)
 
     def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
         return (self.series.gather(rows_a) == self.series.gather(rows_b)).to_numpy()
@@ -80,27 +95,206 @@ class PolarsAnchors(Anchors):
         return int((self.series.str.len_bytes() == 0).sum())
 
 
-@dataclass(frozen=True)
-class ScannedAnchors(Anchors):
-    """An anchor column that stays on disk: hashes from one streaming pass over the files'
-    pages, and exact comparisons and values from further passes (gaca_cli.log._anchor_scan)."""
+class StreamedAnchors(Anchors):
+    """A text anchor column of plain Parquet files, left on disk.
 
-    scan: object  # gaca_cli.log._anchor_scan.AnchorScan (imported only where it is used)
+    One pass reads the column in batches of about `BATCH_BYTES` of text (slices of rows,
+    read by polars) and hashes each batch with polars (the hash `PolarsAnchors` gives),
+    keeping 8 bytes per row. `equal_rows` compares the pairs whose hashes agree by reading
+    again only the batches that hold them: a pair inside one batch is compared there; for a
+    pair spanning batches, the earlier row's text is copied out of its batch and kept until
+    the batch holding the later row arrives. `values` reads the batches holding the rows
+    asked for. Peak memory: the hashes, one batch, and the kept text of pairs spanning batches.
+    """
+
+    def __init__(
+        self,
+        files: Sequence[str],
+        column: str,
+        file_rows: Sequence[int],
+        nbytes: int,
+        stamps: Sequence[tuple[int, int] | None],
+        batch_bytes: int | None = None,
+    ):
+        self.files = tuple(files)
+        self.column = column  # the name in the files
+        self.nbytes = nbytes  # the column in memory as polars holds it (estimated from the footers)
+        self._stamps = tuple(stamps)
+        self.n_rows = int(sum(file_rows))
+        per_row = max(1, nbytes // max(1, self.n_rows))
+        size = max(1, (BATCH_BYTES if batch_bytes is None else batch_bytes) // per_row)
+        # batches: rows [start[k], start[k + 1]) of the log, inside file batch_file[k]
+        starts, files_of = [], []
+        first = 0
+        for f, rows in enumerate(file_rows):
+            for lo in range(0, rows, size):
+                starts.append(first + lo)
+                files_of.append(f)
+            first += rows
+        self._batch_start = np.array([*starts, self.n_rows], dtype=np.int64)
+        self._batch_file = np.array(files_of, dtype=np.int64)
+        self._file_start = np.concatenate([[0], np.cumsum(file_rows)]).astype(np.int64)
+
+    @classmethod
+    def from_files(
+        cls, files: Sequence[str | os.PathLike], column: str, batch_bytes: int | None = None
+    ) -> StreamedAnchors | None:
+        """The column `column` (its name in the files) of plain Parquet files, from their
+        footers; None when a file lacks it, it is not text, or polars cannot read a file
+        (then it is read whole, the ordinary way)."""
+        file_rows, nbytes, stamps = [], 0, []
+        for path in files:
+            stamps.append(_stamp(path))
+            meta = pq.read_metadata(path)
+            schema = meta.schema.to_arrow_schema()
+            if column not in schema.names or not all(_polars_reads(field.type) for field in schema):
+                return None
+            t = schema.field(column).type
+            t = t.value_type if pa.types.is_dictionary(t) else t
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+                return None
+            leaf = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == column)
+            file_rows.append(meta.num_rows)
+            nbytes += _VIEW_BYTES * meta.num_rows
+            nbytes += sum(meta.row_group(g).column(leaf).total_uncompressed_size for g in range(meta.num_row_groups))
+        return cls([str(p) for p in files], column, file_rows, nbytes, stamps, batch_bytes)
 
     def file_hashes(self) -> np.ndarray:
-        return self.scan.hashes
-
-    def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
-        return self.scan.equal(rows_a, rows_b)
-
-    def values(self, rows: np.ndarray) -> pa.Array:
-        return self.scan.values(rows)
+        return self._first_pass[0]
 
     def empty_count(self) -> int | None:
-        return int(self.scan.empty)
+        return self._first_pass[1]
+
+    @cached_property
+    def _first_pass(self) -> tuple[np.ndarray, int]:
+        """(uint64 [N] hashes, count of empty anchors), from one pass over the column."""
+        hashes = np.empty(self.n_rows, dtype=np.uint64)
+        empty = 0
+        for k in range(len(self._batch_file)):
+            text = self._read(k, int(self._batch_start[k]), int(self._batch_start[k + 1]))
+            hashes[self._batch_start[k] : self._batch_start[k + 1]] = text.hash(seed=HASH_SEED).to_numpy()
+            empty += int((text.str.len_bytes() == 0).sum())
+        return hashes, empty
+
+    def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+        a, b = self._rows(rows_a), self._rows(rows_b)
+        hashes = self.file_hashes()
+        same = hashes[a] == hashes[b]
+        check = np.flatnonzero(same & (a != b))
+        if len(check):
+            same[check] = self._compare(a[check], b[check])
+        return same
+
+    def _compare(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """bool [P]: text of row a[i] == text of row b[i], read from the files batch by batch."""
+        import polars as pl
+
+        early, late = np.minimum(a, b), np.maximum(a, b)
+        early_batch, late_batch = self._batch_of(early), self._batch_of(late)
+        by_late = np.argsort(late_batch, kind="stable")  # pairs grouped by their later row's batch
+        ends = np.searchsorted(late_batch[by_late], np.arange(len(self._batch_file) + 1))
+        # earlier rows of pairs spanning batches, and the last row compared with each
+        across = np.flatnonzero(early_batch != late_batch)
+        keep_rows, pair_keep = np.unique(early[across], return_inverse=True)
+        keep_until = np.full(len(keep_rows), -1, dtype=np.int64)
+        np.maximum.at(keep_until, pair_keep, late[across])
+        kept_rows = kept_until = np.zeros(0, dtype=np.int64)
+        kept = pa.array([], type=pa.large_string())  # text of kept_rows, copied out of its batch
+        out = np.empty(len(a), dtype=bool)
+        for k in np.unique(np.concatenate([early_batch, late_batch])).tolist():
+            start, stop = self._batch_start[k], self._batch_start[k + 1]
+            pairs = by_late[ends[k] : ends[k + 1]]  # the pairs whose later row is in this batch
+            x, y = early[pairs], late[pairs]
+            inside = x >= start
+            p, q = np.searchsorted(keep_rows, [start, stop])
+            new = p + np.flatnonzero(keep_until[p:q] >= stop)  # kept for pairs ending in later batches
+            at = self._lookup(k, np.concatenate([x[inside], y, keep_rows[new]]))
+            out[pairs[inside]] = (at(x[inside]) == at(y[inside])).to_numpy()
+            if not inside.all():
+                earlier = pl.from_arrow(kept).gather(np.searchsorted(kept_rows, x[~inside]))
+                out[pairs[~inside]] = (earlier == at(y[~inside])).to_numpy()
+            alive = kept_until >= stop  # drop what no pair needs any more
+            if alive.all() and not len(new):
+                continue
+            copied = plain(at(keep_rows[new]).to_arrow())  # its own buffers, not the batch's
+            kept = pa.concat_arrays([kept.filter(pa.array(alive)), copied])
+            kept_rows = np.concatenate([kept_rows[alive], keep_rows[new]])
+            kept_until = np.concatenate([kept_until[alive], keep_until[new]])
+        return out
+
+    def values(self, rows: np.ndarray) -> pa.Array:
+        rows = self._rows(rows)
+        wanted, inverse = np.unique(rows, return_inverse=True)
+        parts = [pa.array([], type=pa.large_string())]
+        for k in np.unique(self._batch_of(wanted)).tolist():
+            i, j = np.searchsorted(wanted, self._batch_start[k : k + 2])
+            parts.append(plain(self._lookup(k, wanted[i:j])(wanted[i:j]).to_arrow()))
+        return pa.concat_arrays(parts).take(pa.array(inverse))
+
+    def _rows(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.n_rows):
+            raise IndexError(f"rows out of range 0..{self.n_rows - 1}")
+        return rows
+
+    def _batch_of(self, rows: np.ndarray) -> np.ndarray:
+        """The batch holding each row."""
+        return np.searchsorted(self._batch_start, rows, side="right") - 1
+
+    def _lookup(self, k: int, rows: np.ndarray) -> Callable[[np.ndarray], pl.Series]:
+        """A function giving the texts of any of `rows` (rows of batch k, in any order), read
+        once: the whole batch when they are many, else only runs of rows around them (split
+        where `GAP_ROWS` or more rows are not wanted), so that sparse rows cost only the
+        pages that hold them."""
+        import polars as pl
+
+        start, stop = int(self._batch_start[k]), int(self._batch_start[k + 1])
+        if len(rows) * 4 >= stop - start:
+            whole = self._read(k, start, stop)
+            return lambda r: whole.gather(r - start)
+        wanted = np.unique(rows)
+        runs = np.split(wanted, np.flatnonzero(np.diff(wanted) >= GAP_ROWS) + 1)
+        parts = [self._read(k, int(run[0]), int(run[-1]) + 1).gather(run - run[0]) for run in runs if len(run)]
+        text = pl.concat(parts).rechunk() if parts else pl.Series(self.column, [], dtype=pl.String)
+        return lambda r: text.gather(np.searchsorted(wanted, r))
+
+    def _read(self, k: int, lo: int, hi: int) -> pl.Series:
+        """Rows lo..hi-1 of the log (all in batch k), read by polars (which skips the row
+        groups and pages outside them)."""
+        import polars as pl
+
+        f = int(self._batch_file[k])
+        path = self.files[f]
+        if _stamp(path) != self._stamps[f]:
+            raise GacaError("the input changed while it was being read; run again", file=path)
+        try:
+            scan = pl.scan_parquet(path, glob=False, hive_partitioning=False).select(pl.col(self.column))
+            text = scan.slice(lo - int(self._file_start[f]), hi - lo).collect().to_series()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - polars' PanicException derives from BaseException
+            lines = str(exc).strip().splitlines()
+            raise GacaError(
+                f"not a readable Parquet file ({lines[0] if lines else type(exc).__name__})", file=path
+            ) from None
+        if len(text) != hi - lo:
+            raise GacaError("the input changed while it was being read; run again", file=path)
+        # one chunk: polars gathers from a many-chunk series ~20x slower
+        return (text if text.dtype == pl.String else text.cast(pl.String)).rechunk()
 
 
-def initial_anchors_differ(trajs: Trajectories, n_groups: int, anchors: Anchors, codes: np.ndarray | None = None) -> int:
+def _stamp(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(size, modification time) of a file, to notice one that changed between reads."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def initial_anchors_differ(
+    trajs: Trajectories, n_groups: int, anchors: Anchors, codes: np.ndarray | None = None
+) -> int:
     """Episode groups whose trajectories do not all start from the same anchor. From the step
     groups' `codes` (per row) when they are known (exact), else from hashes with every
     equality confirmed by `anchors.equal_rows`."""
@@ -122,7 +316,6 @@ def initial_anchors_differ(trajs: Trajectories, n_groups: int, anchors: Anchors,
     return int(len(np.unique(trajs.traj_group[differs])))
 
 
-
 def anchor_column(names: Collection[str]) -> str | None:
     """`anchor_key` wins over `anchor_obs` (log-schema.md); `names`: the log's columns."""
     for name in (C.ANCHOR_KEY, C.ANCHOR_OBS):
@@ -133,9 +326,11 @@ def anchor_column(names: Collection[str]) -> str | None:
 
 def anchors_of(log: Log, name: str) -> Anchors:
     """The anchor column, built once per log: the anchors a reader left in the log's cache
-    (gaca_cli.advantages.run streams them from the files), else the column of the table as a
-    polars Series."""
-    return log.cached(("anchors", name), lambda: PolarsAnchors(anchor_series(log.table.column(name))))
+    (gaca_cli.advantages.reading leaves large ones on disk, `StreamedAnchors`), else the
+    column of the table as a polars Series."""
+    anchors = log.cached(("anchors", name), lambda: PolarsAnchors(anchor_series(log.table.column(name))))
+    assert isinstance(anchors, Anchors)
+    return anchors
 
 
 def anchor_warnings(log: Log, index: StepIndex, step_codes: np.ndarray | None = None) -> dict[str, int]:
@@ -153,4 +348,3 @@ def anchor_warnings(log: Log, index: StepIndex, step_codes: np.ndarray | None = 
         index.trajectories, index.n_groups, anchors, step_codes
     )
     return warnings
-

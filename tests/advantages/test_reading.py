@@ -9,41 +9,47 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from gaca_cli.log import columns as C
-from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.advantages.reading import read_for_advantages
-from gaca_cli.log.anchors import ScannedAnchors
+from gaca_cli.advantages import reading
 from gaca_cli.advantages.config import AdvantagesConfig
-
-runner = CliRunner()
+from gaca_cli.advantages.reading import read_for_advantages
+from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.errors import GacaError
+from gaca_cli.log import anchors as anchors_module
+from gaca_cli.log import columns as C
+from gaca_cli.log.anchors import StreamedAnchors
 from tests.advantages.conftest import (
-    invoke, run_ok, error_lines, library_run, assert_same_file_content, METHODS,
+    METHODS,
+    assert_same_file_content,
+    error_lines,
+    invoke,
+    library_run,
+    run_ok,
 )
-
 
 # --------------------------------------------------------------------------- 7. unused columns
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_columns_read_by_each_method(rich_log, method):
+@pytest.mark.parametrize("anchors", ["held", "streamed"])
+def test_columns_read_by_each_method(rich_log, monkeypatch, method, anchors):
+    if anchors == "streamed":
+        stream_anchors(monkeypatch)
     log = read_for_advantages([str(rich_log)], {}, AdvantagesConfig(method=method))
     names = set(log.table.column_names)
     assert {C.GROUP_ID, C.TRAJ_ID, C.STEP_IDX, C.REWARD, C.DONE, C.BEHAVIOR_LOGPROBS} <= names
     assert not names & {C.PROMPT, C.ACTION, "info", "tag"}
-    # the anchor text stays on disk: its hashes come from a streaming pass over the pages
-    # (gigpo/gaca group by it; every method reports its warnings)
-    assert C.ANCHOR_OBS not in names
-    assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
+    # the anchor (gigpo/gaca group by it; every method reports its warnings): a small column
+    # is read and held, a large one left on disk, its hashes kept
+    assert (C.ANCHOR_OBS in names) == (anchors == "held")
+    assert isinstance(log.cache.get(("anchors", C.ANCHOR_OBS)), StreamedAnchors) == (anchors == "streamed")
     assert set(log.file_schema.names) == set(pq.read_schema(rich_log).names)  # every column's type known
 
 
-def no_scan(monkeypatch) -> None:
-    """Make the anchor scan decline, as it does for layouts it does not know."""
-    import gaca_cli.log._anchor_scan as anchor_scan
-
-    monkeypatch.setattr(anchor_scan, "scan_anchors", lambda files, column: None)
+def stream_anchors(monkeypatch, batch_bytes: int = 300) -> None:
+    """Leave every anchor column on disk (as a large one is), read in batches of a few rows."""
+    monkeypatch.setattr(reading, "HOLD_ANCHOR_BYTES", 0)
+    monkeypatch.setattr(anchors_module, "BATCH_BYTES", batch_bytes)
 
 
 def run_of(path: Path, config: AdvantagesConfig):
@@ -51,84 +57,129 @@ def run_of(path: Path, config: AdvantagesConfig):
     return compute_advantages(read_for_advantages([str(path)], {}, config), config)
 
 
-def scanned_then_read(path: Path, config: AdvantagesConfig, anchor: str, monkeypatch):
-    """The run with the anchor column streamed (checked to be), and the run with it read."""
-    log = read_for_advantages([str(path)], {}, config)
-    assert isinstance(log.cache[("anchors", anchor)], ScannedAnchors)
-    scanned = compute_advantages(log, config)
+def streamed_then_held(path: Path, config: AdvantagesConfig, anchor: str, monkeypatch):
+    """The run with the anchor column left on disk (checked to be), and the run with it held."""
     with monkeypatch.context() as m:
-        no_scan(m)
+        stream_anchors(m)
         log = read_for_advantages([str(path)], {}, config)
-        assert anchor in log.table.column_names
-        read = compute_advantages(log, config)
-    return scanned, read
+        assert isinstance(log.cache[("anchors", anchor)], StreamedAnchors)
+        assert len(log.cache[("anchors", anchor)]._batch_file) > 3
+        streamed = compute_advantages(log, config)
+    log = read_for_advantages([str(path)], {}, config)
+    assert anchor in log.table.column_names
+    return streamed, compute_advantages(log, config)
 
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("similarity", [None, 0.5])
 @pytest.mark.parametrize("layout", ["plain", "dictionary", "pages"])
-def test_scanned_anchors_give_the_outputs_of_read_anchors(tmp_path, rich_log, monkeypatch, method, similarity, layout):
-    """The streamed anchors (hashes and exact comparisons from the pages) and the anchors read
-    into memory by polars (what the scan falls back to) give the same file, summary included,
-    whatever the anchor column's encoding."""
+def test_streamed_anchors_give_the_outputs_of_held_anchors(tmp_path, rich_log, monkeypatch, method, similarity, layout):
+    """The anchors left on disk (hashes kept, texts read again to confirm) and the anchors
+    held in memory by polars give the same file, summary included, whatever the anchor
+    column's encoding."""
     table = pq.read_table(rich_log)
     path = tmp_path / "log.parquet"
-    options = {"plain": {"use_dictionary": False}, "dictionary": {"use_dictionary": True},
-               "pages": {"use_dictionary": False, "data_page_size": 64, "data_page_version": "2.0"}}[layout]
+    options = {
+        "plain": {"use_dictionary": False},
+        "dictionary": {"use_dictionary": True},
+        "pages": {"use_dictionary": False, "data_page_size": 64, "data_page_version": "2.0"},
+    }[layout]
     pq.write_table(table, path, row_group_size=9, **options)
     params = {} if similarity is None else {"anchor_similarity": similarity}
     config = AdvantagesConfig(method=method, **params)
-    scanned, read = scanned_then_read(path, config, C.ANCHOR_OBS, monkeypatch)
-    assert scanned.new_columns.equals(read.new_columns)
-    assert scanned.summary == read.summary
-    assert scanned.summary["warnings"]["empty_anchors"] == 1
-    assert scanned.summary["warnings"]["differing_initial_anchors"] == 1
+    streamed, held = streamed_then_held(path, config, C.ANCHOR_OBS, monkeypatch)
+    assert streamed.new_columns.equals(held.new_columns)
+    assert streamed.summary == held.summary
+    assert streamed.summary["warnings"]["empty_anchors"] == 1
+    assert streamed.summary["warnings"]["differing_initial_anchors"] == 1
 
 
 @pytest.mark.parametrize("method", ["gigpo", "gaca"])
-def test_scanned_anchor_key_wins_and_matches_the_read_key(tmp_path, rich_log, monkeypatch, method):
-    """A string `anchor_key` (coarser than the text here) is the column scanned, and gives
-    what reading it gives."""
+def test_streamed_anchor_key_wins_and_matches_the_held_key(tmp_path, rich_log, monkeypatch, method):
+    """A string `anchor_key` (coarser than the text here) is the column streamed, and gives
+    what holding it gives."""
     table = pq.read_table(rich_log)
     key = pa.array([f"k{len(t)}" for t in table[C.ANCHOR_OBS].to_pylist()], pa.string())
     path = tmp_path / "keyed.parquet"
     pq.write_table(table.append_column(C.ANCHOR_KEY, key), path, row_group_size=9)
     config = AdvantagesConfig(method=method)
-    scanned, read = scanned_then_read(path, config, C.ANCHOR_KEY, monkeypatch)
-    assert scanned.new_columns.equals(read.new_columns)
-    assert scanned.summary == read.summary
-    groups = scanned.new_columns.column(C.STEP_GROUP_ID).to_numpy()
+    streamed, held = streamed_then_held(path, config, C.ANCHOR_KEY, monkeypatch)
+    assert streamed.new_columns.equals(held.new_columns)
+    assert streamed.summary == held.summary
+    groups = streamed.new_columns.column(C.STEP_GROUP_ID).to_numpy()
     plain = run_of(rich_log, config)
     assert len(np.unique(groups)) < len(np.unique(plain.new_columns.column(C.STEP_GROUP_ID).to_numpy()))
 
 
 @pytest.mark.parametrize("method", ["grpo", "gigpo", "gaca"])
-def test_scanned_anchors_with_colliding_hashes(tmp_path, rich_log, monkeypatch, method):
-    """Hashes of the streamed anchors folded into 3 values (collisions everywhere, inside and
-    across row groups): the exact comparisons from the pages split them again, and outputs
-    and warnings are those of the honest hashes."""
+@pytest.mark.parametrize("modulus", [1, 3])
+def test_streamed_anchors_with_colliding_hashes(tmp_path, rich_log, monkeypatch, method, modulus):
+    """Hashes of the streamed anchors folded into `modulus` values (collisions everywhere,
+    inside and across batches and row groups): the exact comparisons split them again, and
+    outputs and warnings are those of the honest hashes."""
     config = AdvantagesConfig(method=method)
     honest = run_of(rich_log, config)
-    monkeypatch.setattr(ScannedAnchors, "file_hashes", lambda self: self.scan.hashes % np.uint64(3))
+    stream_anchors(monkeypatch)
+    real = StreamedAnchors.file_hashes
+    monkeypatch.setattr(StreamedAnchors, "file_hashes", lambda self: real(self) % np.uint64(modulus))
     log = read_for_advantages([str(rich_log)], {}, config)
-    assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], ScannedAnchors)
+    assert isinstance(log.cache[("anchors", C.ANCHOR_OBS)], StreamedAnchors)
     folded = compute_advantages(log, config)
     assert folded.new_columns.equals(honest.new_columns)
     assert folded.summary == honest.summary
 
 
-def test_scan_declined_reads_the_anchor_and_writes_the_same_file(tmp_path, rich_log, monkeypatch):
-    """When the scan declines, the anchor column is read after the others (only it), and the
-    output file is the same."""
-    scanned_out, read_out = tmp_path / "scanned.parquet", tmp_path / "read.parquet"
-    assert library_run([rich_log], "gaca", scanned_out) == "spliced"
-    no_scan(monkeypatch)
-    assert library_run([rich_log], "gaca", read_out) == "spliced"
-    assert_same_file_content(scanned_out, read_out)
+def test_held_and_streamed_anchors_write_the_same_file(tmp_path, rich_log, monkeypatch):
+    """Whether the anchor column is held (read after the others, only it) or left on disk,
+    the output file is the same."""
+    held_out, streamed_out = tmp_path / "held.parquet", tmp_path / "streamed.parquet"
+    assert library_run([rich_log], "gaca", held_out) == "spliced"
+    stream_anchors(monkeypatch)
+    assert library_run([rich_log], "gaca", streamed_out) == "spliced"
+    assert_same_file_content(held_out, streamed_out)
+
+
+def test_large_anchor_columns_are_left_on_disk(tmp_path, rich_log, monkeypatch):
+    """The choice follows the column's estimated size in memory (from the footers): above
+    HOLD_ANCHOR_BYTES it stays on disk; integer keys and directories are always held."""
+    size = StreamedAnchors.from_files([str(rich_log)], C.ANCHOR_OBS).nbytes
+    for limit, streamed in ((size, False), (size - 1, True)):
+        monkeypatch.setattr(reading, "HOLD_ANCHOR_BYTES", limit)
+        log = read_for_advantages([str(rich_log)], {}, AdvantagesConfig(method="gigpo"))
+        assert isinstance(log.cache.get(("anchors", C.ANCHOR_OBS)), StreamedAnchors) == streamed
+    monkeypatch.setattr(reading, "HOLD_ANCHOR_BYTES", 0)
+    table = pq.read_table(rich_log)
+    keys = pa.array([len(t) for t in table[C.ANCHOR_OBS].to_pylist()], pa.int64())
+    keyed = tmp_path / "int-key.parquet"
+    pq.write_table(table.append_column(C.ANCHOR_KEY, keys), keyed)
+    log = read_for_advantages([str(keyed)], {}, AdvantagesConfig(method="gigpo"))
+    assert C.ANCHOR_KEY in log.table.column_names and not log.cache
+    directory = tmp_path / "dir"
+    directory.mkdir()
+    pq.write_table(table, directory / "part-0.parquet")
+    log = read_for_advantages([str(directory)], {}, AdvantagesConfig(method="gigpo"))
+    assert C.ANCHOR_OBS in log.table.column_names and not log.cache
+
+
+def test_streamed_anchor_under_a_mapped_name(tmp_path, rich_log, monkeypatch):
+    """`--map anchor_obs=obs`: the column streamed is the file's `obs`."""
+    table = pq.read_table(rich_log)
+    path = tmp_path / "mapped.parquet"
+    pq.write_table(
+        table.rename_columns(["obs" if n == C.ANCHOR_OBS else n for n in table.column_names]), path, row_group_size=9
+    )
+    config = AdvantagesConfig(method="gigpo")
+    stream_anchors(monkeypatch)
+    log = read_for_advantages([str(path)], {C.ANCHOR_OBS: "obs"}, config)
+    assert log.cache[("anchors", C.ANCHOR_OBS)].column == "obs"
+    got = compute_advantages(log, config)
+    assert got.new_columns.equals(run_of(rich_log, config).new_columns)
 
 
 @pytest.mark.parametrize("statistics", [True, False])
-def test_null_prompt_is_an_error_without_reading_the_prompts(tmp_path, example_table, write_paths, statistics, monkeypatch):
+def test_null_prompt_is_an_error_without_reading_the_prompts(
+    tmp_path, example_table, write_paths, statistics, monkeypatch
+):
     """advantages does not read the prompts, yet runs the same null check as validate: from
     the footer's null counts when the file has statistics (the column is then never read),
     else by reading that column alone. One Error line naming the rows, no output."""
@@ -209,3 +260,17 @@ def test_null_anchor_is_an_error_for_every_method(tmp_path, example_table, write
     assert write_paths == []
 
 
+def test_a_log_changed_while_it_is_read_is_an_error(tmp_path, rich_log, monkeypatch):
+    """The file rewritten (more rows) between reading the other columns and the anchor's
+    footers: one Error, not anchors misaligned with the rows."""
+    stream_anchors(monkeypatch)
+    real = StreamedAnchors.from_files.__func__
+
+    def rewritten_first(cls, files, column, batch_bytes=None):
+        table = pq.read_table(rich_log)
+        pq.write_table(pa.concat_tables([table, table]), rich_log)
+        return real(cls, files, column, batch_bytes)
+
+    monkeypatch.setattr(StreamedAnchors, "from_files", classmethod(rewritten_first))
+    with pytest.raises(GacaError, match="changed"):
+        read_for_advantages([str(rich_log)], {}, AdvantagesConfig(method="gigpo"))
