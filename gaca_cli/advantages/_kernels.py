@@ -236,6 +236,95 @@ def largest_group(walk: np.ndarray, traj_group: np.ndarray, traj_len: np.ndarray
 
 
 @jit
+def normalize_step_groups(
+    values: np.ndarray,
+    codes: np.ndarray,
+    n_codes: int,
+    rows: np.ndarray,
+    traj_start: np.ndarray,
+    traj_len: np.ndarray,
+    traj_group: np.ndarray,
+    walk: np.ndarray,
+    normalize_by_std: bool,
+    eps: float,
+) -> tuple[bool, np.ndarray, np.ndarray, int, int]:
+    """estimators.step_advantage: `normalize_in_groups` over the step groups, one episode group
+    at a time, and each row's step-group size: the same values per row, bit for bit, but
+    every group's work stays in a few small buffers, so the pass is local in memory.
+
+    Walks the episode groups in the order of `walk` (TrajectoryIndex.group_walk). Each
+    group's codes must lie in a range no wider than its rows, and no code may occur in two
+    groups (both are checked; step groups never span episode groups). values: float64 [N]
+    per row; codes: int64 [N] per row in 0..n_codes−1; rows, traj_*: as `discounted_returns`
+    takes them. Returns (whether the codes were so: else nothing else is valid and the caller
+    uses `normalize_in_groups`; out float64 [N]; size int64 [N], the rows in each row's step
+    group; singleton groups; constant groups of two or more)."""
+    n = len(values)
+    n_traj = len(traj_start)
+    identity = len(rows) == 0
+    out = np.zeros(n)
+    size = np.empty(n, dtype=np.int64)
+    biggest = largest_group(walk, traj_group, traj_len)
+    claimed = np.zeros(n_codes, dtype=np.bool_)
+    count = np.zeros(max(biggest, 1), dtype=np.int64)
+    shared = np.empty(max(biggest, 1), dtype=np.int64)
+    member_row = np.empty(max(biggest, 1), dtype=np.int64)
+    member_code = np.empty(max(biggest, 1), dtype=np.int64)
+    member_value = np.empty(max(biggest, 1))
+    n_singleton = 0
+    n_constant = 0
+    i = 0
+    while i < n_traj:
+        j, total = group_end(walk, traj_group, traj_len, i)
+        lo = n_codes
+        hi = -1
+        for q in range(i, j):
+            t = walk[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                c = codes[p if identity else rows[p]]
+                lo = min(lo, c)
+                hi = max(hi, c)
+        if hi - lo >= total:
+            return False, out, size, 0, 0
+        for q in range(i, j):
+            t = walk[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                count[codes[p if identity else rows[p]] - lo] += 1
+        n_shared = 0
+        for c in range(hi - lo + 1):
+            if count[c] > 0:
+                if claimed[lo + c]:  # the code also occurs in an earlier group
+                    return False, out, size, 0, 0
+                claimed[lo + c] = True
+            if count[c] == 1:
+                n_singleton += 1
+            if count[c] >= 2:
+                shared[c] = n_shared
+                n_shared += 1
+        m = 0
+        for q in range(i, j):
+            t = walk[q]
+            for p in range(traj_start[t], traj_start[t] + traj_len[t]):
+                r = p if identity else rows[p]
+                c = codes[r] - lo
+                size[r] = count[c]
+                if count[c] >= 2:
+                    member_row[m] = r
+                    member_code[m] = shared[c]
+                    member_value[m] = values[r]
+                    m += 1
+        if m:
+            sub, sub_count = group_order(member_code[:m], member_value[:m], n_shared)
+            n_constant += scatter_normalized(
+                out, member_row[:m][sub], member_value[:m][sub], sub_count, normalize_by_std, eps
+            )
+        for c in range(hi - lo + 1):
+            count[c] = 0
+        i = j
+    return True, out, size, n_singleton, n_constant
+
+
+@jit
 def standardize_in_scopes(values: np.ndarray, codes: np.ndarray, n_codes: int, floor: float) -> tuple[np.ndarray, int]:
     """estimators.standardize_in_scopes: z = dev / std0 within each scope,
     std0 = scale·sqrt(m2 / count) (ddof = 0), from
@@ -303,6 +392,40 @@ def standardize_in_trajectories(
             for i in range(m):
                 z[at[i]] = dev[i] / std0
     return z, n_flat
+
+
+@jit
+def gaca_blend(
+    z: np.ndarray,
+    step_group_size: np.ndarray,
+    adv_episode: np.ndarray,
+    adv_step: np.ndarray,
+    gigpo_advantage: np.ndarray,
+    lam_bar: float,
+    beta: float,
+    lam_min: float,
+    lam_max: float,
+    omega: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """estimators.gaca_blend in one pass, the float operations of its numpy form:
+        λ = clip(λ̄ + β·z, λ_min, λ_max), λ̄ where the step group is a singleton;
+        A = A_gigpo + ((1 + ω)·(λ − λ̄))·(A^S − A^E).
+    Returns (λ, A) float64 [N]."""
+    n = len(z)
+    lam = np.empty(n)
+    adv = np.empty(n)
+    weight = 1.0 + omega
+    for i in range(n):
+        x = lam_bar + beta * z[i]
+        if x < lam_min:  # np.clip: maximum(x, λ_min), then minimum(·, λ_max)
+            x = lam_min
+        if x > lam_max:
+            x = lam_max
+        if step_group_size[i] == 1:
+            x = lam_bar
+        lam[i] = x
+        adv[i] = gigpo_advantage[i] + (weight * (x - lam_bar)) * (adv_step[i] - adv_episode[i])
+    return lam, adv
 
 
 @jit
@@ -466,6 +589,20 @@ def trajectory_summary(
     return abs_e, abs_s, lam_sum, sx, su, count
 
 
+@jit
+def trajectory_totals(x: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """estimators.trajectory_totals: per-trajectory sums of x added in step order (`rows`).
+    Returns float64 [T]."""
+    identity = len(rows) == 0
+    out = np.zeros(len(start))
+    for t in range(len(start)):
+        acc = 0.0
+        for i in range(start[t], start[t] + length[t]):
+            acc += x[i if identity else rows[i]]
+        out[t] = acc
+    return out
+
+
 def warm_up() -> None:
     """Compile (the first time) or load every kernel's machine code, calling each with tiny
     inputs of the types the library passes. `gaca advantages` runs this in a background
@@ -481,12 +618,15 @@ def warm_up() -> None:
     f_read_only.flags.writeable = i_read_only.flags.writeable = False
     for rewards in (f, f_read_only):
         discounted_returns(rewards, none, start, length, 0.5)
+        trajectory_totals(rewards, none, start, length)
     for steps in (i, i_read_only):
         trajectory_index(i, steps, i, np.zeros(0, dtype=np.bool_), f[:0], 1)
         trajectory_index(i, steps, i, np.zeros(2, dtype=np.bool_), f, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
+    normalize_step_groups(f, i, 1, none, start, length, start, start, True, 1e-6)
     standardize_in_scopes(f, i, 1, 1e-8)
     standardize_in_trajectories(f, none, start, length, 1e-8)
+    gaca_blend(f, i, f, f, f, 0.5, 0.1, 0.0, 1.0, 1.0)
     hashes = np.zeros(2, dtype=np.uint64)
     hashes_read_only = hashes.copy()
     hashes_read_only.flags.writeable = False

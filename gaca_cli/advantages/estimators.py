@@ -213,6 +213,8 @@ def _standardize(xs: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, int]:
 def trajectory_totals(values: np.ndarray, index: TrajectoryIndex) -> np.ndarray:
     """Σ x over each trajectory's steps, added in step order. values: float64 [N] per row.
     Returns float64 [T]."""
+    if kernels := _compiled.kernels(index.n_rows):
+        return kernels.trajectory_totals(_f64(values), index.rows_or_empty, index.traj_start, index.traj_len)
     return np.bincount(index.traj, index.in_step_order(values), minlength=index.n_traj)
 
 
@@ -243,21 +245,55 @@ def step_advantage(
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """A^S_t = norm(G_t) over the step group of the row (Eq. 7); singleton step groups give 0.
     Returns (A^S float64 [N], step-group size int64 [N], diagnostics)."""
-    codes = rollouts.step_group
+    codes, index = rollouts.step_group, rollouts.index
     assert codes is not None, "gigpo and gaca need step groups"
     n_codes = int(codes.max()) + 1
+    if kernels := _compiled.kernels(index.n_rows):  # episode group by episode group, local in memory
+        done, adv, size, single, const = kernels.normalize_step_groups(
+            _f64(returns_to_go),
+            _i64(codes),
+            n_codes,
+            index.rows_or_empty,
+            index.traj_start,
+            index.traj_len,
+            index.traj_group,
+            index.group_walk[0],
+            normalize_by_std,
+            EPS,
+        )
+        if done:  # (else codes shared between episode groups: the general pass below)
+            diag = {"step_groups": n_codes, "step_singleton_groups": int(single), "step_constant_groups": int(const)}
+            return adv, size, diag
     adv, single, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
     size = np.bincount(codes, minlength=n_codes)[codes]
     diag = {"step_groups": n_codes, "step_singleton_groups": single, "step_constant_groups": const}
     return adv, size.astype(np.int64, copy=False), diag
 
 
-def gaca_weight(z: np.ndarray, step_group_size: np.ndarray, config: AdvantagesConfig) -> np.ndarray:
-    """λ_t = clip(λ̄ + β·z_t, λ_min, λ_max), and λ̄ = ω/(1+ω) where the step group is a
-    singleton (no step signal to shift weight to). float64 [N]."""
-    lam = np.clip(config.lambda_bar + config.beta * z, config.lambda_min, config.lambda_max)
-    lam[step_group_size == 1] = config.lambda_bar
-    return lam
+def gaca_blend(z: np.ndarray, gigpo: Advantages, config: AdvantagesConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The weight λ_t = clip(λ̄ + β·z_t, λ_min, λ_max), λ̄ = ω/(1+ω) where the step group is a
+    singleton (no step signal to shift weight to), and the advantage
+        A_t = A^E + ω·A^S + (1+ω)(λ_t − λ̄)(A^S − A^E)
+    from GiGPO's A^E + ω·A^S (its `advantage`). Returns (λ, A) float64 [N]."""
+    assert gigpo.step_group_size is not None
+    lam_bar, omega = config.lambda_bar, config.step_weight
+    if kernels := _compiled.kernels(len(z)):
+        return kernels.gaca_blend(
+            z,
+            gigpo.step_group_size,
+            gigpo.adv_episode,
+            gigpo.adv_step,
+            gigpo.advantage,
+            lam_bar,
+            config.beta,
+            config.lambda_min,
+            config.lambda_max,
+            omega,
+        )
+    lam = np.clip(lam_bar + config.beta * z, config.lambda_min, config.lambda_max)
+    lam[gigpo.step_group_size == 1] = lam_bar
+    adv = gigpo.advantage + (1.0 + omega) * (lam - lam_bar) * (gigpo.adv_step - gigpo.adv_episode)
+    return lam, adv
 
 
 # --------------------------------------------------------------------------- estimators
@@ -310,9 +346,7 @@ def gaca(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
         z, flat_scopes = standardize_in_scopes(u, index.traj_group[index.row_traj], index.n_groups)
     else:
         z, flat_scopes = standardize_in_scopes(u, np.zeros(len(u), dtype=np.int64), 1)
-    lam = gaca_weight(z, base.step_group_size, config)
-    omega, lam_bar = config.step_weight, config.lambda_bar
-    adv = base.advantage + (1.0 + omega) * (lam - lam_bar) * (base.adv_step - base.adv_episode)
+    lam, adv = gaca_blend(z, base, config)
     diag = {**base.diagnostics, "nll_missing": int(np.sum(np.isnan(u))), "nll_flat_scopes": flat_scopes}
     return Advantages(
         advantage=adv,

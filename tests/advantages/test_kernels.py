@@ -555,6 +555,67 @@ def test_step_groups_by_hash(seed, n_traj, n_groups, max_len, n_hashes, identity
 # ------------------------------------------------------------------------------ renumber_by_first_position
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "n_traj,n_groups,max_len,n_hashes",
+    [(1, 1, 1, 1), (5, 1, 4, 2), (40, 6, 12, 5), (300, 40, 30, 1000), (200, 3, 60, 4)],
+)
+@pytest.mark.parametrize("identity", [False, True])
+@pytest.mark.parametrize("normalize_by_std", [False, True])
+def test_normalize_step_groups(seed, n_traj, n_groups, max_len, n_hashes, identity, normalize_by_std):
+    """Episode group by episode group, the same values and sizes as estimators.step_advantage,
+    bit for bit (groups above the insertion-sort threshold and ties included); codes that span
+    more than their group's rows, or occur in two groups, are refused."""
+    rng = np.random.default_rng(seed)
+    traj_start, traj_len, traj_group, canon, order = random_index(rng, n_traj, n_groups, max_len, identity)
+    index = make_index(traj_start, traj_len, order, traj_group, canon)
+    n = int(traj_len.sum())
+    hashes = rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    walk, group_rank = index.group_walk
+    row_traj = row_traj_of(order, traj_start, traj_len)
+    codes, _, _ = kernels.step_groups_by_hash(
+        hashes, order, traj_start, traj_len, traj_group, row_traj, walk, group_rank
+    )
+    k = int(codes.max()) + 1
+
+    def run(values, codes):
+        return kernels.normalize_step_groups(
+            values, codes, int(codes.max()) + 1, order, traj_start, traj_len, traj_group, walk, normalize_by_std, EPS
+        )
+
+    def numpy_step_advantage(values, codes):
+        rollouts = estimators.Rollouts(index, np.zeros(n), step_group=codes)
+        adv, size, diag = estimators.step_advantage(rollouts, values, normalize_by_std)
+        return adv, size, diag["step_singleton_groups"], diag["step_constant_groups"]
+
+    for kind in KINDS:
+        values = random_values(rng, n, kind)
+        ok, out, size, single, const = run(values, codes)
+        assert ok
+        e_out, e_size, e_single, e_const = numpy_step_advantage(values, codes)
+        assert_bits(out, e_out, kind)
+        assert (single, const) == (e_single, e_const)
+        np.testing.assert_array_equal(size, e_size, strict=True)
+    # codes renumbered at random: accepted exactly when every group's codes still span fewer
+    # values than its rows, and then still right
+    shuffled = rng.permutation(k)[codes]
+    group_of_row = traj_group[row_traj]
+    groups = range(int(traj_group.max()) + 1)
+    spans = [(np.ptp(shuffled[group_of_row == g]), int((group_of_row == g).sum())) for g in groups]
+    ok, out, _, single, const = run(values, shuffled)
+    assert ok == all(span < rows for span, rows in spans)
+    if ok:
+        e_out, _, e_single, e_const = numpy_step_advantage(values, shuffled)
+        assert_bits(out, e_out, "renumbered")
+        assert (single, const) == (e_single, e_const)
+    # one code in two episode groups: refused
+    if traj_group.max() >= 1:
+        merged = codes.copy()
+        first_of = [codes[group_of_row == g].min() for g in (0, 1)]
+        merged[merged == first_of[1]] = first_of[0]
+        assert not run(values, merged)[0]
+
+
 # ------------------------------------------------------------------------------ trajectory_sums
 
 
@@ -687,6 +748,55 @@ def test_trajectory_summary(seed, with_lam):
         assert_bits(a, b, "numpy through rows")
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_trajectory_totals(seed):
+    """Σ x per trajectory, added in step order as a plain loop does, whatever the rows' order
+    in the file: the same as estimators.trajectory_totals."""
+    rng = np.random.default_rng(seed)
+    length = rng.integers(1, 30, size=int(rng.integers(1, 40)))
+    start = np.cumsum(length) - length
+    n = int(length.sum())
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 9, size=n)
+    got = kernels.trajectory_totals(x, NO_ROWS, start, length)
+    expected = np.zeros(len(start))
+    for t, (a, k) in enumerate(zip(start, length)):
+        acc = 0.0
+        for i in range(a, a + k):
+            acc += x[i]
+        expected[t] = acc
+    assert_bits(got, expected, "totals")
+    assert_bits(estimators.trajectory_totals(x, make_index(start, length)), expected, "numpy")
+    rows = rng.permutation(n).astype(np.int64)
+    assert_bits(kernels.trajectory_totals(in_file(x, rows), rows, start, length), expected, "rows")
+    assert_bits(estimators.trajectory_totals(in_file(x, rows), make_index(start, length, rows)), expected, "numpy rows")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gaca_blend_matches_numpy(seed):
+    """λ and A in one pass: estimators.gaca_blend, bit for bit (clipping at both bounds,
+    singleton step groups, ω = 0, β = 0)."""
+    from gaca_cli.advantages.config import AdvantagesConfig
+
+    rng = np.random.default_rng(seed)
+    n = 2000
+    z = rng.standard_normal(n) * 3.0
+    z[rng.random(n) < 0.2] = 0.0
+    size = rng.integers(1, 5, size=n).astype(np.int64)
+    adv_e, adv_s = rng.standard_normal(n), rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3)
+    omega = float(rng.choice([0.0, 0.5, 1.0, 3.0]))
+    lam_bar = omega / (1.0 + omega)
+    beta = float(rng.choice([0.0, 0.1, 0.7]))
+    lam_min, lam_max = (0.0, 1.0) if seed % 2 else (max(0.0, lam_bar - 0.2), min(1.0, lam_bar + 0.1))
+    base = adv_e + omega * adv_s
+    lam, adv = kernels.gaca_blend(z, size, adv_e, adv_s, base, lam_bar, beta, lam_min, lam_max, omega)
+    config = AdvantagesConfig(step_weight=omega, beta=beta, lambda_min=lam_min, lambda_max=lam_max)
+    gigpo = estimators.Advantages(base, np.zeros(n), adv_e, adv_s, step_group_size=size)
+    e_lam, e_adv = estimators.gaca_blend(z, gigpo, config)
+    assert_bits(lam, e_lam, "lambda")
+    assert_bits(adv, e_adv, "advantage")
+    assert np.all(e_lam[size == 1] == lam_bar) and np.all((lam_min <= e_lam) & (e_lam <= lam_max))
+
+
 def test_warm_up_runs_every_kernel():
     """kernels.warm_up (run in a background thread by `gaca advantages` while it reads the
     log) calls every kernel once without error."""
@@ -739,12 +849,15 @@ print(sorted(called))
     # every kernel the library calls (the others are called by these)
     entry_points = [
         "discounted_returns",
+        "gaca_blend",
         "normalize_in_groups",
+        "normalize_step_groups",
         "standardize_in_scopes",
         "standardize_in_trajectories",
         "step_groups_by_hash",
         "trajectory_index",
         "trajectory_summary",
         "trajectory_sums",
+        "trajectory_totals",  # R(τ) = Σ r_t: the example log has no episode_reward
     ]
     assert called == str(sorted(entry_points))
