@@ -23,40 +23,9 @@ pyarrow, polars and duckdb read back from each (tests/log/test_writers.py).
     thrift.py   the Thrift compact protocol (Parquet's footer encoding)
     footer.py   reading and checking a file's footer, its column chunks and stored Arrow schema
     writer.py   splice_columns: copy the kept chunks, encode the new ones, write the footer
-
-The footer reader is also used by gaca_cli.log._anchor_scan, which walks the anchor column's
-pages itself; the names it uses are re-exported here.
 """
 
-from gaca_cli.log._splice.footer import (
-    CC_META_DATA,
-    CMD_TOTAL_UNCOMPRESSED_SIZE,
-    FMD_ROW_GROUPS,
-    FMD_SCHEMA,
-    RG_COLUMNS,
-    RG_NUM_ROWS,
-    SpliceUnsupported,
-    chunk_piece,
-    read_footer,
-    top_level_fields,
-)
-from gaca_cli.log._splice.thrift import CT_I32, ThriftDecoder, decode_struct, encode_struct
+from gaca_cli.log._splice.footer import SpliceUnsupported
 from gaca_cli.log._splice.writer import splice_columns
 
-__all__ = [
-    "CC_META_DATA",
-    "CMD_TOTAL_UNCOMPRESSED_SIZE",
-    "CT_I32",
-    "FMD_ROW_GROUPS",
-    "FMD_SCHEMA",
-    "RG_COLUMNS",
-    "RG_NUM_ROWS",
-    "SpliceUnsupported",
-    "ThriftDecoder",
-    "chunk_piece",
-    "decode_struct",
-    "encode_struct",
-    "read_footer",
-    "splice_columns",
-    "top_level_fields",
-]
+__all__ = ["SpliceUnsupported", "splice_columns"]
