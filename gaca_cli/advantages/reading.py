@@ -4,8 +4,11 @@ column left on disk (its hashes kept, its text read again only where candidates 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping, Sequence
+
+import pyarrow.parquet as pq
 
 from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.errors import GacaError
@@ -41,8 +44,12 @@ def read_for_advantages(
     take more than `HOLD_ANCHOR_BYTES` in memory stays on disk (`StreamedAnchors`: its hashes,
     from one pass in batches, and the text of candidate pairs read again to compare them);
     a smaller one, one of directories, or one that is not text, is read by polars and held."""
-    threading.Thread(target=_warm_up_kernels, name="gaca-kernels", daemon=True).start()
-    plain_files = not any(is_dir for _, is_dir in expand_inputs(paths))
+    inputs = expand_inputs(paths)
+    plain_files = not any(is_dir for _, is_dir in inputs)
+    # the row count from the footers decides whether the compiled loops will run (directories:
+    # assume a large log); loading them overlaps the read
+    n_rows = _footer_rows([p for p, _ in inputs]) if plain_files else sys.maxsize
+    threading.Thread(target=_warm_up_kernels, args=(n_rows,), name="gaca-kernels", daemon=True).start()
     deferred: list[str] = []  # the anchor column, read after the others if it is held
 
     def choose(names: list[str]) -> list[str]:
@@ -64,12 +71,22 @@ def read_for_advantages(
     return log
 
 
-def _warm_up_kernels() -> None:
-    """Import and load the compiled kernels while the main thread reads (pyarrow and polars
-    release the GIL). Errors are left to the real calls, which report them properly."""
+def _footer_rows(files: list[str]) -> int:
+    """The files' row count from their footers; a large number when one cannot be read (the
+    read that follows reports that file properly)."""
     try:
-        from gaca_cli.advantages import _kernels as kernels
+        return sum(pq.read_metadata(f).num_rows for f in files)
+    except (OSError, ValueError):
+        return sys.maxsize
 
-        kernels.warm_up()
+
+def _warm_up_kernels(n_rows: int) -> None:
+    """Import and load the compiled kernels a log of `n_rows` rows will use while the main
+    thread reads (pyarrow and polars release the GIL); nothing for a log the numpy code
+    computes. Errors are left to the real calls, which report them properly."""
+    try:
+        from gaca_cli.advantages.run import warm_up_kernels
+
+        warm_up_kernels(n_rows)
     except Exception:  # noqa: BLE001 - the computation itself will raise it with context
         pass

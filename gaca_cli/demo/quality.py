@@ -107,13 +107,19 @@ class CorridorConfig:
             bad("bonus_forks_per_task", self.bonus_forks_per_task, "0 or more")
         n_forks = self.forks_per_task + self.bonus_forks_per_task
         if self.corridor_length < 2 * n_forks + 1:
-            bad("corridor_length", self.corridor_length, f"at least 2·(forks_per_task + bonus_forks_per_task) + 1 = {2 * n_forks + 1}")
+            bad(
+                "corridor_length",
+                self.corridor_length,
+                f"at least 2·(forks_per_task + bonus_forks_per_task) + 1 = {2 * n_forks + 1}",
+            )
         if not np.isfinite(self.bonus_reward):
             bad("bonus_reward", self.bonus_reward, "a finite reward, e.g. 0.5")
         if self.dead_end_length < 1:
             bad("dead_end_length", self.dead_end_length, "at least 1")
         if not (0.0 < self.p_forward < 1.0 and 0.0 < self.p_wait and self.p_forward + self.p_wait <= 1.0):
-            bad("p_forward/p_wait", (self.p_forward, self.p_wait), "probabilities in (0, 1) with p_forward + p_wait ≤ 1")
+            bad(
+                "p_forward/p_wait", (self.p_forward, self.p_wait), "probabilities in (0, 1) with p_forward + p_wait ≤ 1"
+            )
         lo, hi = self.p_good_range
         if not (0.0 < lo <= hi < 1.0):
             bad("p_good_range", self.p_good_range, "0 < low ≤ high < 1, e.g. (0.5, 0.8)")
@@ -193,8 +199,10 @@ def build_corridors(config: CorridorConfig = CorridorConfig()) -> TabularEnv:
             if c in bonus:
                 p_good = float(rng.uniform(*config.p_good_range))
                 good, wrong = ("left", "right") if rng.random() < 0.5 else ("right", "left")
-                actions[here] = [(good, p_good, ahead, ahead is None, config.bonus_reward),
-                                 (wrong, 1.0 - p_good, ahead, ahead is None, 0.0)]
+                actions[here] = [
+                    (good, p_good, ahead, ahead is None, config.bonus_reward),
+                    (wrong, 1.0 - p_good, ahead, ahead is None, 0.0),
+                ]
                 actions[here].sort()
             elif c in forks:
                 p_good = float(rng.uniform(*config.p_good_range))
@@ -431,7 +439,13 @@ def score_advantages(estimate: np.ndarray, truth: Truth) -> dict[str, float]:
 
 
 SCORES = (
-    "spearman_all", "sign_all", "spearman_pivotal", "sign_pivotal", "spearman_slips", "sign_slips", "gradient_cosine"
+    "spearman_all",
+    "sign_all",
+    "spearman_pivotal",
+    "sign_pivotal",
+    "spearman_slips",
+    "sign_slips",
+    "gradient_cosine",
 )
 
 
@@ -472,7 +486,9 @@ class QualityConfig:
             if not (np.isfinite(b) and b > 0):
                 raise ConfigError("betas", f"betas contains {b!r}; use values > 0 (β = 0 is the gigpo row)")
         if not (np.isfinite(self.step_weight) and self.step_weight >= 0):
-            raise ConfigError("step_weight", f"step_weight = {self.step_weight!r} is not valid; use a finite weight ≥ 0")
+            raise ConfigError(
+                "step_weight", f"step_weight = {self.step_weight!r} is not valid; use a finite weight ≥ 0"
+            )
         if self.norm not in (None, "mean", "std"):
             raise ConfigError("norm", f"norm = {self.norm!r} is not valid; use mean | std")
 
@@ -520,11 +536,16 @@ def evaluate_log(log: Log, env: TabularEnv, config: QualityConfig) -> list[dict]
         if truth is None:
             truth = read_truth(log, np.arange(log.table.num_rows), env)  # results come in file order
         beta = adv_config.beta if adv_config.method == "gaca" else (0.0 if adv_config.method == "gigpo" else None)
-        out.append({"label": label, "method": adv_config.method, "beta": beta,
-                    **score_advantages(run.result.advantage, truth)})
+        out.append(
+            {"label": label, "method": adv_config.method, "beta": beta, **score_advantages(run.result.advantage, truth)}
+        )
         if adv_config.method == "gigpo":
-            step_only = {"label": STEP_ONLY, "method": "reference", "beta": None,
-                         **score_advantages(run.result.adv_step, truth)}
+            step_only = {
+                "label": STEP_ONLY,
+                "method": "reference",
+                "beta": None,
+                **score_advantages(run.result.adv_step, truth),
+            }
     if config.include_step_only and step_only is not None:
         out.append(step_only)
     return out
@@ -608,8 +629,10 @@ def quality_markdown(rows: list[dict], digits: int = 3) -> str:
     """The rows of `estimator_quality` as a Markdown table of `mean ± std` cells (a string);
     the last column is the paired difference of gradient cosine from gigpo's."""
     headers = {**SCORE_HEADERS, "gradient_cosine_vs_gigpo": "Δ grad cos vs gigpo"}
-    lines = ["| " + " | ".join(["estimator", *headers.values()]) + " |",
-             "|" + "|".join(["---"] + ["---:"] * len(headers)) + "|"]
+    lines = [
+        "| " + " | ".join(["estimator", *headers.values()]) + " |",
+        "|" + "|".join(["---"] + ["---:"] * len(headers)) + "|",
+    ]
     for row in rows:
         cells = [row["label"]]
         for key in headers:

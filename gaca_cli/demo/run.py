@@ -56,7 +56,9 @@ class DemoConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
         if self.rollouts < 2:
-            raise ConfigError("rollouts", f"rollouts = {self.rollouts} is not valid; use ≥ 2 (a group needs a baseline)")
+            raise ConfigError(
+                "rollouts", f"rollouts = {self.rollouts} is not valid; use ≥ 2 (a group needs a baseline)"
+            )
         if self.iterations < 0:
             raise ConfigError("iterations", f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
         unknown = [m for m in self.methods if m not in METHODS]
@@ -134,9 +136,24 @@ def _update(model: Path, log: Path, method: str, work: Path, config: DemoConfig,
         return model, annotated
     if not (new_model / "config.json").exists():
         _gaca(
-            ["train-offline", str(annotated), "--model", str(model), "-o", str(new_model), "--loss", "ppo",
-             "--lr", str(config.lr), "--epochs", str(config.epochs), "--batch-size", "16",
-             "--seed", str(config.seed)],
+            [
+                "train-offline",
+                str(annotated),
+                "--model",
+                str(model),
+                "-o",
+                str(new_model),
+                "--loss",
+                "ppo",
+                "--lr",
+                str(config.lr),
+                "--epochs",
+                str(config.epochs),
+                "--batch-size",
+                "16",
+                "--seed",
+                str(config.seed),
+            ],
             log_file,
         )
     return new_model, annotated
@@ -148,7 +165,6 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     from gaca_cli.demo import textworld_bc as bc
     from gaca_cli.demo import textworld_games as tw
     from gaca_cli.demo.quality import QualityConfig, estimator_quality
-
     from gaca_cli.lm.models import quiet_transformers
 
     quiet_transformers()
@@ -197,15 +213,17 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             if k == 0 and method == "gaca":
                 result.annotated = annotated
             say("loop", done, total, f"{method}: collecting with the updated policy")
-            curve.append(_collect(model, games, config, config.seed * 1000 + k + 1,
-                                  out / method / f"iter{k + 1}" / "rollouts.parquet"))
+            curve.append(
+                _collect(
+                    model, games, config, config.seed * 1000 + k + 1, out / method / f"iter{k + 1}" / "rollouts.parquet"
+                )
+            )
             done += 1
         result.success[method] = curve
     if result.annotated is None:  # gaca not among the methods, or no iteration: annotate anyway
         result.annotated = out / "iter0.gaca.parquet"
         if not result.annotated.exists():
-            _gaca(["advantages", str(out / "iter0.parquet"), "--method", "gaca", "-o", str(result.annotated)],
-                  log_file)
+            _gaca(["advantages", str(out / "iter0.parquet"), "--method", "gaca", "-o", str(result.annotated)], log_file)
     result.seconds["loop"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -221,10 +239,15 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     result.seconds["quality"] = time.perf_counter() - clock
     (out / "demo.json").write_text(
         json.dumps(
-            {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
-             "success": result.success, "annotated": str(result.annotated), "quality": result.quality,
-             "seconds": result.seconds},
-            indent=2, default=str,
+            {
+                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
+                "success": result.success,
+                "annotated": str(result.annotated),
+                "quality": result.quality,
+                "seconds": result.seconds,
+            },
+            indent=2,
+            default=str,
         ),
         encoding="utf-8",
     )

@@ -23,15 +23,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gaca_cli.log import columns as C
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.anchors import anchor_column
-from gaca_cli.errors import GacaError
-from gaca_cli.advantages.estimators import standardize_in_scopes
 from gaca_cli.advantages.config import METHODS, AdvantagesConfig
+from gaca_cli.advantages.estimators import standardize_in_scopes
+from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
+from gaca_cli.log import columns as C
+from gaca_cli.log.anchors import anchor_column
+from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.grouping import dense_rank, plain
+from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log, read_log
 
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step

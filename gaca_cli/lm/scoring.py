@@ -112,8 +112,9 @@ def build_plan(context: list[np.ndarray], action: list[np.ndarray], traj_lengths
                     full = np.concatenate([context[b], action[b]])
                 else:
                     break
-            run_spans = np.array([[len(context[s]), len(context[s]) + len(action[s])] for s in range(a, b + 1)],
-                                 dtype=np.int64).reshape(-1, 2)
+            run_spans = np.array(
+                [[len(context[s]), len(context[s]) + len(action[s])] for s in range(a, b + 1)], dtype=np.int64
+            ).reshape(-1, 2)
             key = hashlib.blake2b(full.astype(np.int32).tobytes() + b"|" + run_spans.tobytes(), digest_size=20).digest()
             idx = seen.get(key)
             if idx is None:
@@ -255,7 +256,9 @@ class Scorer:
 
     def _positions(self, spans: np.ndarray, row: int, width: int) -> np.ndarray:
         """Flat indices (row·width + p − 1) of the hidden states predicting each action token."""
-        pos = np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in spans]) if len(spans) else np.zeros(0, np.int64)
+        pos = (
+            np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in spans]) if len(spans) else np.zeros(0, np.int64)
+        )
         return row * width + pos - 1, pos
 
     def _logprobs_fast(self, seqs: list[np.ndarray], spans: list[np.ndarray]) -> list[np.ndarray]:
@@ -301,8 +304,13 @@ class Scorer:
             torch.cuda.empty_cache()
 
 
-def score_plan(scorer: Scorer, plan: ChunkPlan, max_batch_tokens: int, stats: dict,
-               on_batch: Callable[[np.ndarray], None] | None = None) -> list[np.ndarray]:
+def score_plan(
+    scorer: Scorer,
+    plan: ChunkPlan,
+    max_batch_tokens: int,
+    stats: dict,
+    on_batch: Callable[[np.ndarray], None] | None = None,
+) -> list[np.ndarray]:
     """Run every sequence of the plan; per sequence, its spans' log-probs concatenated."""
     results: list[np.ndarray | None] = [None] * len(plan.seqs)
     lengths = np.array([len(s) for s in plan.seqs], dtype=np.int64)
@@ -356,10 +364,24 @@ def score_plan(scorer: Scorer, plan: ChunkPlan, max_batch_tokens: int, stats: di
 # Shards, chunks and the work directory
 # --------------------------------------------------------------------------------------------
 
-_COUNTERS = ("rows", "trajectories", "packed_trajectories", "segments", "unique_sequences",
-             "duplicate_sequences", "tokens", "padded_tokens", "forwards", "action_tokens",
-             "empty_actions", "prefix_mismatch_rows", "from_token_ids", "from_prompt",
-             "from_messages", "oom_backoffs")
+_COUNTERS = (
+    "rows",
+    "trajectories",
+    "packed_trajectories",
+    "segments",
+    "unique_sequences",
+    "duplicate_sequences",
+    "tokens",
+    "padded_tokens",
+    "forwards",
+    "action_tokens",
+    "empty_actions",
+    "prefix_mismatch_rows",
+    "from_token_ids",
+    "from_prompt",
+    "from_messages",
+    "oom_backoffs",
+)
 
 
 def new_stats() -> dict:
@@ -390,8 +412,14 @@ def fingerprint(log, index, config: ScoreConfig, world: int, dtype: str) -> dict
     for f in log.files:
         st = os.stat(f)
         files.append([os.path.abspath(f), st.st_size, st.st_mtime_ns])
-    return {"tool": "gaca score", "files": files, "column_map": log.renamed, "rows": index.n_rows,
-            "world_size": world, "options": {**config.plan_fingerprint(), "dtype": dtype}}
+    return {
+        "tool": "gaca score",
+        "files": files,
+        "column_map": log.renamed,
+        "rows": index.n_rows,
+        "world_size": world,
+        "options": {**config.plan_fingerprint(), "dtype": dtype},
+    }
 
 
 def check_work_dir(work_dir: Path, print_: dict, resume: bool) -> int:
@@ -400,17 +428,24 @@ def check_work_dir(work_dir: Path, print_: dict, resume: bool) -> int:
     manifest = work_dir / _MANIFEST
     if work_dir.exists():
         if not manifest.exists():
-            raise GacaError("exists and is not a gaca score work directory; move it away or choose another -o",
-                            file=str(work_dir))
+            raise GacaError(
+                "exists and is not a gaca score work directory; move it away or choose another -o", file=str(work_dir)
+            )
         if not resume:
-            raise GacaError("holds the chunks of an interrupted run; add --resume to continue it, or delete "
-                            "the directory to start again", file=str(work_dir))
+            raise GacaError(
+                "holds the chunks of an interrupted run; add --resume to continue it, or delete "
+                "the directory to start again",
+                file=str(work_dir),
+            )
         old = _flatten(json.loads(manifest.read_text(encoding="utf-8")))
         new = _flatten(json.loads(json.dumps(print_)))
         if old != new:
             differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-            raise GacaError(f"was started with other inputs or options (differing: {', '.join(d.removeprefix('options.') for d in differ)}); "
-                            "rerun with the same ones, or delete the directory to start again", file=str(work_dir))
+            raise GacaError(
+                f"was started with other inputs or options (differing: {', '.join(d.removeprefix('options.') for d in differ)}); "
+                "rerun with the same ones, or delete the directory to start again",
+                file=str(work_dir),
+            )
         return len(list(work_dir.glob("rank*.chunk*.parquet")))
     return 0
 
@@ -439,13 +474,22 @@ def _flatten(doc: dict, prefix: str = "") -> dict:
     return out
 
 
-def _write_chunk(path: Path, pos: np.ndarray, nll_sum: np.ndarray, n_tokens: np.ndarray,
-                 token_lps: list[np.ndarray] | None, stats: dict) -> None:
+def _write_chunk(
+    path: Path,
+    pos: np.ndarray,
+    nll_sum: np.ndarray,
+    n_tokens: np.ndarray,
+    token_lps: list[np.ndarray] | None,
+    stats: dict,
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols = {"pos": pa.array(pos, pa.int64()), C.NLL_SUM: pa.array(nll_sum, pa.float64()),
-            C.N_ACTION_TOKENS: pa.array(n_tokens, pa.int32())}
+    cols = {
+        "pos": pa.array(pos, pa.int64()),
+        C.NLL_SUM: pa.array(nll_sum, pa.float64()),
+        C.N_ACTION_TOKENS: pa.array(n_tokens, pa.int32()),
+    }
     if token_lps is not None:
         offsets = np.concatenate([[0], np.cumsum([len(x) for x in token_lps])]).astype(np.int32)
         values = np.concatenate(token_lps).astype(np.float32) if token_lps else np.zeros(0, np.float32)
@@ -499,9 +543,19 @@ def trajectory_costs(log, index) -> np.ndarray:
     return costs + 1.0
 
 
-def score_shard(log, index, config: ScoreConfig, scorer: Scorer, tokenizer, work_dir: Path, *,
-                rank: int = 0, world: int = 1, progress: Progress | None = None,
-                on_chunk: Callable[[int], None] | None = None) -> dict:
+def score_shard(
+    log,
+    index,
+    config: ScoreConfig,
+    scorer: Scorer,
+    tokenizer,
+    work_dir: Path,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    progress: Progress | None = None,
+    on_chunk: Callable[[int], None] | None = None,
+) -> dict:
     """Score this rank's trajectories chunk by chunk into `work_dir`, skipping the chunks that
     are already there. Returns this run's counters (`resumed_chunks`, `tokens_this_run`)."""
     from gaca_cli.lm.tokenization import FROM_MESSAGES, FROM_PROMPT, FROM_TOKEN_IDS, rows_text, tokenize_steps
@@ -522,9 +576,16 @@ def score_shard(log, index, config: ScoreConfig, scorer: Scorer, tokenizer, work
             continue
         pos = np.concatenate([np.arange(index.traj_start[t], index.traj_start[t] + index.traj_len[t]) for t in trajs])
         rows = index.order[pos]
-        tokens = tokenize_steps(log, rows, tokenizer, context=config.context,
-                                add_special_tokens=config.add_special_tokens, strict_prefix=config.strict_prefix,
-                                vocab_size=scorer.input_vocab_size, model=config.model)
+        tokens = tokenize_steps(
+            log,
+            rows,
+            tokenizer,
+            context=config.context,
+            add_special_tokens=config.add_special_tokens,
+            strict_prefix=config.strict_prefix,
+            vocab_size=scorer.input_vocab_size,
+            model=config.model,
+        )
         plan = build_plan(tokens.context, tokens.action, [int(x) for x in lengths], config.pack)
         stats = new_stats()
         steps_of_seq = np.bincount(plan.step_seq, minlength=len(plan.seqs))
@@ -541,12 +602,16 @@ def score_shard(log, index, config: ScoreConfig, scorer: Scorer, tokenizer, work
         nll_sum = np.array([-float(np.sum(x, dtype=np.float64)) for x in step_lps], dtype=np.float64)
         nll_sum[n_tokens == 0] = 0.0
         stats.update(
-            rows=len(pos), trajectories=len(trajs), packed_trajectories=plan.packed_trajectories,
-            segments=plan.segments, unique_sequences=len(plan.seqs),
+            rows=len(pos),
+            trajectories=len(trajs),
+            packed_trajectories=plan.packed_trajectories,
+            segments=plan.segments,
+            unique_sequences=len(plan.seqs),
             duplicate_sequences=plan.segments - len(plan.seqs),
             tokens=int(sum(len(s) for s, sp in zip(plan.seqs, plan.spans) if np.any(sp[:, 1] > sp[:, 0]))),
             action_tokens=int(n_tokens.sum()),
-            empty_actions=int(np.sum(n_tokens == 0)), prefix_mismatch_rows=int(tokens.prefix_mismatch.sum()),
+            empty_actions=int(np.sum(n_tokens == 0)),
+            prefix_mismatch_rows=int(tokens.prefix_mismatch.sum()),
             prefix_mismatch_examples=rows_text(log.table, rows[tokens.prefix_mismatch]),
             from_token_ids=int(np.sum(tokens.source == FROM_TOKEN_IDS)),
             from_prompt=int(np.sum(tokens.source == FROM_PROMPT)),
@@ -588,8 +653,11 @@ def merge_work_dir(log, index, config: ScoreConfig, work_dir: Path, world: int) 
     pos = table.column("pos").to_numpy()
     covered = np.bincount(pos, minlength=index.n_rows)
     if len(pos) != index.n_rows or covered.max() != 1:
-        raise GacaError(f"the chunks cover {int(np.sum(covered > 0)):,} of {index.n_rows:,} rows; "
-                        "a rank did not finish (rerun with --resume)", file=str(work_dir))
+        raise GacaError(
+            f"the chunks cover {int(np.sum(covered > 0)):,} of {index.n_rows:,} rows; "
+            "a rank did not finish (rerun with --resume)",
+            file=str(work_dir),
+        )
     original_row = index.order[pos]
     table = table.take(pa.array(np.argsort(original_row)))
     tlp = table.column(C.TOKEN_LOGPROBS).combine_chunks() if config.token_logprobs else None
@@ -660,9 +728,18 @@ def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None]]]:
             dist.destroy_process_group()
 
 
-def run_score(log, config: ScoreConfig, out: str | os.PathLike, *, rank: int = 0, world: int = 1,
-              barrier: Callable[[], None] = lambda: None, progress: Progress | None = None,
-              on_chunk: Callable[[int], None] | None = None, loaded: tuple | None = None) -> ScoreRun:
+def run_score(
+    log,
+    config: ScoreConfig,
+    out: str | os.PathLike,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    barrier: Callable[[], None] = lambda: None,
+    progress: Progress | None = None,
+    on_chunk: Callable[[int], None] | None = None,
+    loaded: tuple | None = None,
+) -> ScoreRun:
     """Check the log, load the model, score this rank's share into the work directory, and
     (rank 0) merge everything into OUT atomically. `loaded` = load_causal_lm's result, to
     reuse a model already in memory."""
@@ -681,16 +758,31 @@ def run_score(log, config: ScoreConfig, out: str | os.PathLike, *, rank: int = 0
     if rank == 0:
         check_work_dir(work_dir, print_, config.resume)  # before the (slow) model load
     if loaded is None:
-        loaded = load_causal_lm(config.model, revision=config.revision, dtype=config.dtype, device=config.device,
-                                trust_remote_code=config.trust_remote_code)
+        loaded = load_causal_lm(
+            config.model,
+            revision=config.revision,
+            dtype=config.dtype,
+            device=config.device,
+            trust_remote_code=config.trust_remote_code,
+        )
     model, tokenizer, device, dtype = loaded
     scorer = Scorer(model, device, config.temperature)
     if rank == 0:
         prepare_work_dir(work_dir, print_, config.resume)
     barrier()
     try:
-        run = score_shard(log, index, config, scorer, tokenizer, work_dir, rank=rank, world=world,
-                          progress=progress, on_chunk=on_chunk)
+        run = score_shard(
+            log,
+            index,
+            config,
+            scorer,
+            tokenizer,
+            work_dir,
+            rank=rank,
+            world=world,
+            progress=progress,
+            on_chunk=on_chunk,
+        )
     except GacaError:
         # a data or model problem: fixing it changes the inputs or options, so these chunks
         # could never be resumed (an interruption, by contrast, keeps them)
@@ -698,10 +790,16 @@ def run_score(log, config: ScoreConfig, out: str | os.PathLike, *, rank: int = 0
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
     barrier()
-    model_meta = {"model": config.model, "revision": config.revision,
-                  "commit": getattr(model.config, "_commit_hash", None), "dtype": dtype_name(dtype),
-                  "temperature": config.temperature, "context": config.context,
-                  "add_special_tokens": config.add_special_tokens, "token_logprobs": config.token_logprobs}
+    model_meta = {
+        "model": config.model,
+        "revision": config.revision,
+        "commit": getattr(model.config, "_commit_hash", None),
+        "dtype": dtype_name(dtype),
+        "temperature": config.temperature,
+        "context": config.context,
+        "add_special_tokens": config.add_special_tokens,
+        "token_logprobs": config.token_logprobs,
+    }
     summary = {"rank": rank, "world_size": world, **run}
     if rank != 0:
         return ScoreRun(summary=summary)
@@ -729,10 +827,14 @@ def run_score(log, config: ScoreConfig, out: str | os.PathLike, *, rank: int = 0
         "empty_actions": s["empty_actions"],
         "prefix_mismatch_rows": s["prefix_mismatch_rows"],
         "prefix_mismatch_examples": s["prefix_mismatch_examples"],
-        "context_sources": {"token_ids": s["from_token_ids"], "prompt": s["from_prompt"],
-                            "messages": s["from_messages"]},
-        "mean_nll_per_token": (float(scores.nll_sum[scored].sum() / scores.n_action_tokens[scored].sum())
-                               if scored.any() else None),
+        "context_sources": {
+            "token_ids": s["from_token_ids"],
+            "prompt": s["from_prompt"],
+            "messages": s["from_messages"],
+        },
+        "mean_nll_per_token": (
+            float(scores.nll_sum[scored].sum() / scores.n_action_tokens[scored].sum()) if scored.any() else None
+        ),
         "oom_backoffs": s["oom_backoffs"],
         "fast_head": scorer.fast_head,
         "world_size": world,

@@ -42,8 +42,9 @@ from gaca_cli import __version__
 from gaca_cli.errors import GacaError
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import StepIndex, prepare_log
+from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.grouping import plain
+from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log
 
 #: --loss choices: the keys of losses.TOKEN_LOSSES (a test keeps them equal; this module is
@@ -123,7 +124,7 @@ def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
     )
 
 
-def read_advantages(log: Log, index: StepIndex) -> np.ndarray:
+def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
     """float64 [N] advantages in canonical order; a GacaError names null or non-finite rows."""
     col = plain(log.table.column(C.ADVANTAGE))
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
@@ -144,7 +145,7 @@ def read_advantages(log: Log, index: StepIndex) -> np.ndarray:
 
 def choose_behavior(
     log: Log,
-    index: StepIndex,
+    index: TrajectoryIndex,
     n_action: np.ndarray,
     kept: np.ndarray,
     config: TrainConfig,
@@ -226,7 +227,7 @@ def choose_behavior(
 
 
 def build_train_data(
-    log: Log, index: StepIndex, tokenizer, config: TrainConfig, vocab_size: int | None = None
+    log: Log, index: TrajectoryIndex, tokenizer, config: TrainConfig, vocab_size: int | None = None
 ) -> TrainData:
     """Keep the steps that carry a gradient, tokenise them as `gaca score` does
     (`tokenization.tokenize_steps`, same --context / --add-special-tokens / --strict-prefix)

@@ -21,13 +21,13 @@ import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.grouping import Trajectories, plain
+from gaca_cli.log.grouping import plain
+from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log, _polars_reads
 
 if TYPE_CHECKING:
     import polars as pl
 
-    from gaca_cli.log.checks import StepIndex
 
 HASH_SEED = 0  # polars' hashes are stable within one process (and one polars version)
 #: text read per batch by `StreamedAnchors` (estimated in memory, as polars string views)
@@ -293,7 +293,7 @@ def _stamp(path: str | os.PathLike) -> tuple[int, int] | None:
 
 
 def initial_anchors_differ(
-    trajs: Trajectories, n_groups: int, anchors: Anchors, codes: np.ndarray | None = None
+    trajs: TrajectoryIndex, n_groups: int, anchors: Anchors, codes: np.ndarray | None = None
 ) -> int:
     """Episode groups whose trajectories do not all start from the same anchor. From the step
     groups' `codes` (per row) when they are known (exact), else from hashes with every
@@ -333,7 +333,7 @@ def anchors_of(log: Log, name: str) -> Anchors:
     return anchors
 
 
-def anchor_warnings(log: Log, index: StepIndex, step_codes: np.ndarray | None = None) -> dict[str, int]:
+def anchor_warnings(log: Log, index: TrajectoryIndex, step_codes: np.ndarray | None = None) -> dict[str, int]:
     """The anchor warnings' counts (empty anchors, groups whose step-0 anchors differ); from
     the step groups' codes when the caller has them."""
     name = anchor_column(log.file_schema.names)
@@ -344,7 +344,5 @@ def anchor_warnings(log: Log, index: StepIndex, step_codes: np.ndarray | None = 
     empty = anchors.empty_count()
     if empty is not None:
         warnings["empty_anchors"] = empty
-    warnings["differing_initial_anchors"] = initial_anchors_differ(
-        index.trajectories, index.n_groups, anchors, step_codes
-    )
+    warnings["differing_initial_anchors"] = initial_anchors_differ(index, index.n_groups, anchors, step_codes)
     return warnings

@@ -23,8 +23,6 @@ from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log
 from gaca_cli.log.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
-StepIndex = TrajectoryIndex  # the name gaca_cli.lm still imports; remove with those imports
-
 
 @dataclass
 class Inspection:

@@ -8,8 +8,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gaca_cli.log.index import TrajectoryIndex
-
 
 def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One contiguous array, dictionaries decoded and strings widened to large_string."""
@@ -167,6 +165,3 @@ def dense_rank(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     (see `id_codes`)."""
     codes, rank, values = id_codes(arr)
     return rank[codes], values.take(pa.array(np.argsort(rank)))
-
-
-Trajectories = TrajectoryIndex  # the name gaca_cli.log.anchors still imports; remove with that import

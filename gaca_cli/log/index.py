@@ -122,12 +122,6 @@ class TrajectoryIndex:  # noqa: PLR0902
         group_rank[group_by_canon[heads]] = np.arange(len(heads), dtype=np.int64)
         return walk, group_rank
 
-    @property
-    def trajectories(self) -> TrajectoryIndex:
-        """The index itself: gaca_cli.log.anchors still asks an index for its `trajectories`
-        (the type that step grouping took before this one); remove with that call."""
-        return self
-
     def sorted_column(self, table: pa.Table, name: str) -> pa.Array:
         """A column of the table laid out by position."""
         import pyarrow as pa  # imported on use: the maths reads the index without pyarrow

@@ -59,10 +59,12 @@ KINDS: dict[str, tuple[Callable[[pa.DataType], bool], str]] = {
         "list<float32> (any float list accepted)",
     ),
     "chat": (
-        lambda t: _is_list(t)
-        and pa.types.is_struct(t.value_type)
-        and t.value_type.get_field_index("role") >= 0
-        and t.value_type.get_field_index("content") >= 0,
+        lambda t: (
+            _is_list(t)
+            and pa.types.is_struct(t.value_type)
+            and t.value_type.get_field_index("role") >= 0
+            and t.value_type.get_field_index("content") >= 0
+        ),
         "list<struct<role: string, content: string>>",
     ),
 }
@@ -90,18 +92,57 @@ INPUT_COLUMNS: tuple[InputColumn, ...] = (
     InputColumn(C.TRAJ_ID, "id", True, False, ("all",), "one rollout; unique across the whole log"),
     InputColumn(C.STEP_IDX, "integer", True, False, ("all",), "0-based position of the step in its trajectory"),
     InputColumn(C.REWARD, "number", True, False, ("all",), "reward received after this step"),
-    InputColumn(C.PROMPT, "text", False, False, ("score", "train-offline"), "exact text the policy was given (after chat templating)"),
-    InputColumn(C.MESSAGES, "chat", False, False, ("score", "train-offline"), "the chat before templating; alternative to prompt"),
+    InputColumn(
+        C.PROMPT,
+        "text",
+        False,
+        False,
+        ("score", "train-offline"),
+        "exact text the policy was given (after chat templating)",
+    ),
+    InputColumn(
+        C.MESSAGES,
+        "chat",
+        False,
+        False,
+        ("score", "train-offline"),
+        "the chat before templating; alternative to prompt",
+    ),
     InputColumn(C.ACTION, "text", False, False, ("score", "train-offline", "inspect"), "text the policy produced"),
-    InputColumn(C.ANCHOR_OBS, "text", False, False, ("advantages:gigpo", "advantages:gaca"), "environment observation at this step, without history"),
-    InputColumn(C.ANCHOR_KEY, "key", False, False, ("advantages:gigpo", "advantages:gaca"), "precomputed state id; wins over anchor_obs"),
+    InputColumn(
+        C.ANCHOR_OBS,
+        "text",
+        False,
+        False,
+        ("advantages:gigpo", "advantages:gaca"),
+        "environment observation at this step, without history",
+    ),
+    InputColumn(
+        C.ANCHOR_KEY,
+        "key",
+        False,
+        False,
+        ("advantages:gigpo", "advantages:gaca"),
+        "precomputed state id; wins over anchor_obs",
+    ),
     InputColumn(C.DONE, "bool", False, True, (), "true on the last step of a finished trajectory"),
-    InputColumn(C.EPISODE_REWARD, "number", False, False, (), "the trajectory's return as logged; constant within a trajectory"),
+    InputColumn(
+        C.EPISODE_REWARD, "number", False, False, (), "the trajectory's return as logged; constant within a trajectory"
+    ),
     InputColumn(C.PROMPT_TOKEN_IDS, "token_ids", False, True, (), "exact prompt tokens; used instead of re-tokenising"),
     InputColumn(C.ACTION_TOKEN_IDS, "token_ids", False, True, (), "exact action tokens; used instead of re-tokenising"),
-    InputColumn(C.BEHAVIOR_LOGPROBS, "logprobs", False, True, (), "log-probability of each action token under the sampling policy"),
+    InputColumn(
+        C.BEHAVIOR_LOGPROBS,
+        "logprobs",
+        False,
+        True,
+        (),
+        "log-probability of each action token under the sampling policy",
+    ),
     InputColumn(C.NLL_SUM, "float", False, True, ("advantages:gaca",), "action NLL in nats (written by gaca score)"),
-    InputColumn(C.NLL_MEAN, "float", False, True, ("advantages:gaca",), "action NLL in nats per token (written by gaca score)"),
+    InputColumn(
+        C.NLL_MEAN, "float", False, True, ("advantages:gaca",), "action NLL in nats per token (written by gaca score)"
+    ),
 )
 
 INPUT_BY_NAME = {c.name: c for c in INPUT_COLUMNS}

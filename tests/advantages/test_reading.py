@@ -274,3 +274,23 @@ def test_a_log_changed_while_it_is_read_is_an_error(tmp_path, rich_log, monkeypa
     monkeypatch.setattr(StreamedAnchors, "from_files", classmethod(rewritten_first))
     with pytest.raises(GacaError, match="changed"):
         read_for_advantages([str(rich_log)], {}, AdvantagesConfig(method="gigpo"))
+
+
+def test_a_batch_sized_log_never_loads_numba(tmp_path):
+    """`gaca advantages` on the example log (a few hundred rows) runs the numpy code: the
+    background warm-up, which reads the row count from the footers, leaves numba unloaded."""
+    import subprocess
+    import sys
+
+    from tests.conftest import EXAMPLE_LOG
+
+    code = (
+        "import sys, threading\nfrom gaca_cli.cli import app\n"
+        f"try:\n    app(args=['advantages', {str(EXAMPLE_LOG)!r}, '--method', 'gaca', '-o', {str(tmp_path / 'o.parquet')!r}],"
+        " prog_name='gaca')\nexcept SystemExit:\n    pass\n"
+        "[t.join() for t in threading.enumerate() if t.name == 'gaca-kernels']\n"
+        "print('numba' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout

@@ -9,9 +9,6 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
-from gaca_cli.log import columns as C
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import read_log, write_parquet_atomic
 from gaca_cli.demo.quality import (
     IS_PIVOTAL,
     SCORES,
@@ -20,7 +17,6 @@ from gaca_cli.demo.quality import (
     TRUE_ADVANTAGE,
     CorridorConfig,
     QualityConfig,
-    as_log,
     average_ranks,
     build_corridors,
     cosine,
@@ -33,6 +29,9 @@ from gaca_cli.demo.quality import (
     spearman,
     success_probability,
 )
+from gaca_cli.log import columns as C
+from gaca_cli.log.checks import prepare_log
+from gaca_cli.log.io import read_log, write_parquet_atomic
 
 # a small corridor with frequent slips, so Monte Carlo sees every kind of transition
 SMALL = CorridorConfig(n_tasks=2, corridor_length=8, forks_per_task=2, dead_end_length=2, p_forward=0.8, p_wait=0.12)
@@ -102,7 +101,11 @@ def test_success_probability_is_the_product_of_the_forks():
         forks = np.flatnonzero(env.is_pivotal & (env.task == task))
         product = 1.0
         for s in forks:
-            good = [a for a in range(2) if env.next_state[s, a] == TERMINAL or "dead end" not in env.state_names[env.next_state[s, a]]]
+            good = [
+                a
+                for a in range(2)
+                if env.next_state[s, a] == TERMINAL or "dead end" not in env.state_names[env.next_state[s, a]]
+            ]
             assert len(good) == 1
             product *= env.prob[s, good[0]]
         assert p[start] == pytest.approx(product, abs=1e-12)
@@ -198,7 +201,9 @@ def test_evaluation_on_a_tiny_configuration():
     gigpo = rows[1]
     assert gigpo["gradient_cosine_vs_gigpo_mean"] == 0.0 and gigpo["gradient_cosine_vs_gigpo_std"] == 0.0
     for r in rows:
-        assert r["gradient_cosine_vs_gigpo_mean"] == pytest.approx(r["gradient_cosine_mean"] - gigpo["gradient_cosine_mean"])
+        assert r["gradient_cosine_vs_gigpo_mean"] == pytest.approx(
+            r["gradient_cosine_mean"] - gigpo["gradient_cosine_mean"]
+        )
     text = quality_markdown(rows)
     assert text.count("\n") == 1 + len(rows) and "| gaca β=0.3 |" in text
 

@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gaca_cli.log import columns as C
-from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.log.checks import inspect_log
 from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.log import columns as C
+from gaca_cli.log.checks import inspect_log
 from gaca_cli.log.io import Log, read_log
 from gaca_cli.log.schema import INPUT_BY_NAME, schema_documents, write_schema_documents
 
@@ -52,6 +52,7 @@ def test_schema_files_are_byte_identical_to_a_fresh_export(tmp_path):
 
 
 # --------------------------------------------------------------------------- 2. input types
+
 
 def _values(n: int) -> list[int]:
     return [i % 3 for i in range(n)]
@@ -175,6 +176,7 @@ def test_accepted_types_match_the_checks(name):
 
 # --------------------------------------------------------------------------- 2. required / nullable / needs
 
+
 @pytest.mark.parametrize("name", LOG_COLUMNS)
 def test_required_and_nullable_match_the_checks(name):
     column = next(c for c in load("log.schema.json")["columns"] if c["name"] == name)
@@ -270,6 +272,7 @@ def test_warning_names_match_validate(tmp_path):
 
 
 # --------------------------------------------------------------------------- 3. outputs
+
 
 @pytest.fixture(scope="module")
 def example(example_log) -> Log:
