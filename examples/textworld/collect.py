@@ -7,7 +7,7 @@
 Games are compiled once into --games-dir (default examples/textworld/games/, gitignored) by
 TextWorld's own generator, seeded by --first-game-seed .. +--games-1; no network is used.
 Each game is one episode group ("<game>@<seed>") of --rollouts rollouts. The log follows
-log-schema.md (see textworld_rollouts.py for what each column holds) and passes
+log-schema.md (see gaca_cli/demo/textworld_games.py for what each column holds) and passes
 `gaca validate`; the summary goes to stderr.
 """
 

@@ -23,5 +23,31 @@ from gaca_cli.cli import cmd_demo as _cmd_demo  # noqa: F401
 __all__ = ["app", "main"]
 
 
+#: the exit status of an unexpected exception (a bug in gaca, not bad data): 0 success,
+#: 1 a data or model error (one `Error:` line), 2 a usage error, 3 a bug (with its traceback)
+BUG_EXIT_STATUS = 3
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    return f"Warning: {message}\n"
+
+
 def main() -> None:
-    app()
+    """The `gaca` executable: warnings as one `Warning:` line each on stderr, and an unexpected
+    exception keeps its traceback but exits with its own status, so a script can tell a bug
+    from bad data (exit 1)."""
+    import warnings
+
+    warnings.formatwarning = _warning_line
+    try:
+        app()
+    except Exception:  # typer/click turn usage errors and Error lines into SystemExit before this
+        import sys
+        import traceback
+
+        traceback.print_exc()
+        print(
+            f"gaca: an unexpected error (a bug, exit status {BUG_EXIT_STATUS}); please report it with the traceback above",
+            file=sys.stderr,
+        )
+        sys.exit(BUG_EXIT_STATUS)

@@ -173,7 +173,7 @@ def _traj_success(log: Log, index: TrajectoryIndex) -> np.ndarray | None:
 def annotate(log: Log) -> AnnotatedLog:
     """Check `log` as every command does (it must hold an `advantage` column) and gather
     the arrays the views need."""
-    index, _ = prepare_log(log, "inspect")
+    index, _ = prepare_log(log, "inspect", anchor_warnings=False)  # inspect shows no warnings
     table = log.table
     _, traj_values = dense_rank(table.column(C.TRAJ_ID))
     _, group_values = dense_rank(table.column(C.GROUP_ID))

@@ -10,7 +10,7 @@ and the final divisions are float64 operations, each good to an ulp or two.
 The first half (the maths) imports nothing from `gaca_cli`. The second half builds seeded
 random logs (rows as dicts) and runs the fast code on the same rows, for the tests.
 
-Readings of the spec where it is silent (also in the review report):
+Readings of docs/estimators.md where it is silent:
 - `--episode-stats` changes A^E wherever A^E is computed (grpo, gigpo, gaca).
 - `norm` left unset means std for grpo, mean for gigpo and gaca.
 - `--nll-scope group` is the episode group (`group_id`), not the step group.

@@ -138,3 +138,33 @@ def test_several_inputs_need_o(tmp_path, example_log):
     res = runner.invoke(app, ["advantages", str(example_log), str(example_log)])
     assert res.exit_code == 2
     assert "-o" in res.stderr
+
+
+def test_a_bug_exits_3_with_its_traceback_and_data_errors_exit_1(tmp_path):
+    """The `gaca` executable tells a bug from bad data: an unexpected exception keeps its
+    traceback and exits 3; a data error stays one `Error:` line with exit 1."""
+    import subprocess
+    import sys
+
+    from tests.conftest import EXAMPLE_LOG
+
+    out = tmp_path / "out.parquet"
+    code = (
+        "import sys\nimport gaca_cli.advantages.run as run\n"
+        "def broken(*a, **k):\n    raise RuntimeError('a bug in the estimator')\n"
+        "run.compute_advantages = broken\n"
+        f"sys.argv = ['gaca', 'advantages', {str(EXAMPLE_LOG)!r}, '-o', {str(out)!r}]\n"
+        "from gaca_cli.cli import main\nmain()\n"
+    )
+    bug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert bug.returncode == 3, bug.stderr
+    assert "Traceback" in bug.stderr and "a bug in the estimator" in bug.stderr and "please report it" in bug.stderr
+    assert not out.exists()
+    missing = subprocess.run(
+        [sys.executable, "-m", "gaca_cli", "advantages", str(tmp_path / "missing.parquet"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 1 and missing.stderr.startswith("Error:"), missing.stderr
+    assert "Traceback" not in missing.stderr
