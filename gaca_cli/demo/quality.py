@@ -322,27 +322,27 @@ def sample_log(env: TabularEnv, n_groups: int, rollouts: int, rng: np.random.Gen
             n = len(cols["s"]) - first
             cols["done"].extend([False] * (n - 1) + [True])
             cols["succ"].extend([won] * n)
-    g = np.asarray(cols["g"], dtype=np.int64)
-    t = np.asarray(cols["t"], dtype=np.int64)
-    s = np.asarray(cols["s"], dtype=np.int64)
-    a = np.asarray(cols["a"], dtype=np.int64)
-    logp = np.log(env.prob[s, a])
+    group_of = np.asarray(cols["g"], dtype=np.int64)
+    rollout_of = np.asarray(cols["t"], dtype=np.int64)
+    state_of = np.asarray(cols["s"], dtype=np.int64)
+    action_of = np.asarray(cols["a"], dtype=np.int64)
+    logp = np.log(env.prob[state_of, action_of])
     group_ids = [f"g{x:04d}" for x in range(n_groups)]
     names = np.asarray(env.state_names, dtype=object)
     return pa.table(
         {
-            C.GROUP_ID: pa.array([group_ids[x] for x in g], pa.string()),
-            C.TRAJ_ID: pa.array([f"{group_ids[x]}/r{y:03d}" for x, y in zip(g, t)], pa.string()),
+            C.GROUP_ID: pa.array([group_ids[x] for x in group_of], pa.string()),
+            C.TRAJ_ID: pa.array([f"{group_ids[x]}/r{y:03d}" for x, y in zip(group_of, rollout_of)], pa.string()),
             C.STEP_IDX: pa.array(np.asarray(cols["i"], dtype=np.int32)),
-            C.ANCHOR_OBS: pa.array(names[s].tolist(), pa.large_string()),
-            C.ACTION: pa.array([env.action_names[x][y] for x, y in zip(s, a)], pa.large_string()),
-            C.REWARD: pa.array(env.reward[s, a]),
+            C.ANCHOR_OBS: pa.array(names[state_of].tolist(), pa.large_string()),
+            C.ACTION: pa.array([env.action_names[x][y] for x, y in zip(state_of, action_of)], pa.large_string()),
+            C.REWARD: pa.array(env.reward[state_of, action_of]),
             C.DONE: pa.array(cols["done"], pa.bool_()),
             C.SUCCESS: pa.array(cols["succ"], pa.bool_()),
             C.NLL_MEAN: pa.array(-logp),
             C.BEHAVIOR_LOGPROBS: pa.array([[x] for x in logp.astype(np.float32)], pa.list_(pa.float32())),
-            TRUE_ADVANTAGE: pa.array(Q[s, a] - V[s]),
-            IS_PIVOTAL: pa.array(env.is_pivotal[s]),
+            TRUE_ADVANTAGE: pa.array(Q[state_of, action_of] - V[state_of]),
+            IS_PIVOTAL: pa.array(env.is_pivotal[state_of]),
         }
     )
 

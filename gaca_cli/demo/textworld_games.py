@@ -256,7 +256,7 @@ class Policy(Protocol):
     """
 
     name: str
-    tokenizer: object | None
+    tokenizer: Any  # a transformers tokenizer, or None for policies that choose text
 
     def act(self, states: list[GameState], transcripts: list[Transcript]) -> list[Decision]: ...
 

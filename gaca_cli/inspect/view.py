@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -240,7 +241,7 @@ def overview(view: dict) -> RenderableType:
         notes.append(f"  ·  NLL in {view['nll_unit']}")
     parts.append(notes)
 
-    sizes = view["step_group_sizes"]
+    sizes: dict[str, int] | None = view["step_group_sizes"]
     share = view["step_signal_share"]
     line = Text()
     line.append("steps with a step-level signal ", style="bold")
@@ -259,9 +260,11 @@ def overview(view: dict) -> RenderableType:
         bars.add_column("", no_wrap=True)
         top = max(sizes.values()) or 1
         for label, n in sizes.items():
-            cells = round(30 * n / top)
+            n_cells = round(30 * n / top)
             bars.add_row(
-                label, f"{n:,}", Text("█" * cells + f" {100 * n / total:.0f}%", style="cyan" if label != "1" else "dim")
+                label,
+                f"{n:,}",
+                Text("█" * n_cells + f" {100 * n / total:.0f}%", style="cyan" if label != "1" else "dim"),
             )
         parts += [Text(), bars]
 
@@ -352,7 +355,7 @@ class FitTable:
         yield table
 
 
-_STEP_COLUMNS = {
+_STEP_COLUMNS: dict[str, Any] = {
     "mark": ("", {"width": 1}),
     "rank": ("#", {"justify": "right"}),
     "traj": ("traj", {}),
@@ -630,4 +633,5 @@ def render(view: dict, *, wide: bool = False) -> RenderableType:
     """The renderable of any inspect view."""
     if view["view"] == "overview":
         return overview(view)
-    return RENDERERS[view["view"]](view, wide=wide)
+    renderer: Any = RENDERERS[view["view"]]
+    return renderer(view, wide=wide)

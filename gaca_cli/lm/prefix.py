@@ -203,7 +203,7 @@ def score_shared(
     spans: list[np.ndarray],
     todo: np.ndarray,
     run_plain: Callable[[np.ndarray], None],
-    run_batches: Callable[[list[np.ndarray], int, Callable[[np.ndarray], list[np.ndarray]]], None],
+    run_batches: Callable[[np.ndarray, int, Callable[[np.ndarray], list[np.ndarray]]], None],
     stats: dict,
     min_shared: int = MIN_SHARED_TOKENS,
 ) -> None:

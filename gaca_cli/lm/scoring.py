@@ -229,6 +229,7 @@ class Scorer:
         return fast.shape == full.shape and bool(torch.allclose(fast, full, rtol=1e-3, atol=1e-3 * scale))
 
     def _hidden(self, ids):
+        assert self.decoder is not None, "the fast head needs the model's decoder"
         out = self.decoder(input_ids=ids, use_cache=False)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
@@ -254,7 +255,7 @@ class Scorer:
                 return self._logprobs_fast(seqs, spans)
             return [self._logprobs_model(s, sp) for s, sp in zip(seqs, spans)]
 
-    def _positions(self, spans: np.ndarray, row: int, width: int) -> np.ndarray:
+    def _positions(self, spans: np.ndarray, row: int, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Flat indices (row·width + p − 1) of the hidden states predicting each action token."""
         pos = (
             np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in spans]) if len(spans) else np.zeros(0, np.int64)
@@ -273,12 +274,12 @@ class Scorer:
             flat_parts.append(flat)
             target_parts.append(seq[pos].astype(np.int64))
             counts.append(len(pos))
-        flat = torch.from_numpy(np.concatenate(flat_parts)).to(self.device)
+        where = torch.from_numpy(np.concatenate(flat_parts)).to(self.device)
         targets = torch.from_numpy(np.concatenate(target_parts)).to(self.device)
         hidden = self._hidden(torch.from_numpy(ids).to(self.device))  # [B, L, d]
-        chosen = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat)  # [n_action_tokens, d]
+        chosen = hidden.reshape(-1, hidden.shape[-1]).index_select(0, where)  # [n_action_tokens, d]
         del hidden
-        lp = self._logprobs_at(lambda i, j: self.head(chosen[i:j]), len(flat), targets)
+        lp = self._logprobs_at(lambda i, j: self.head(chosen[i:j]), len(where), targets)
         return np.split(lp.cpu().numpy(), np.cumsum(counts)[:-1])
 
     def _logprobs_model(self, seq: np.ndarray, spans: np.ndarray) -> np.ndarray:
