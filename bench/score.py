@@ -24,7 +24,13 @@ Logs (synthetic multi-turn rollouts, text prompts after a chat template): GROUPS
 groups × ROLLOUTS rollouts × STEPS steps, a shared task prompt per group, and
 - append-only: each step's prompt is the previous prompt + action + a new observation;
 - rewritten: the same prompts, except the first user turn is rewritten at every step
-  ("Step t. …"), so no step is a prefix of the next (packing impossible).
+  ("Step t. …"), so no step is a prefix of the next (packing impossible);
+- windowed: verl-agent's prompt, rebuilt each step from an instruction template, the task and
+  the last 2 (observation, action) turns (~400 tokens of template and task); every rollout of a
+  group starts from the same observation, so step-0 contexts are identical.
+Every log is scored by gaca with and without prefix sharing (`--no-share-prefixes`, the scorer
+before shared prefixes), side by side; "tok fwd" counts the tokens each method ran through the
+model and "× bound" divides it by the log's distinct-token lower bound (a trie's nodes).
 
 Models: random-weight Llamas saved to a temporary directory with a small byte-level BPE
 tokenizer; the model's vocabulary is 32,000 (as real ones are) even though the tokenizer
@@ -89,6 +95,13 @@ MODELS = {
     "llama-1B": (2048, 16, 32, 8, 5632),  # TinyLlama-1.1B's shape with 16 layers (0.85B parameters)
 }
 VOCAB = 32_000
+WINDOW = 2  # history turns in a windowed prompt
+TEMPLATE = (  # a verl-agent-style instruction block: with the task, ~400 tokens of the bench's tokenizer
+    "You are an expert agent operating in a text household. Your current observation and your recent "
+    "history are given below. Think about what to do, then answer with exactly one admissible action. "
+    "Admissible actions are: go to X, take X from Y, put X in/on Y, open X, close X, use X, examine X, "
+    "look, inventory. Reply with the action only. "
+)
 
 
 def make_logs(
@@ -98,16 +111,33 @@ def make_logs(
     import pyarrow.parquet as pq
 
     rng = random.Random(seed)
-    logs: dict[str, list[dict]] = {"append-only": [], "rewritten": []}
+    logs: dict[str, list[dict]] = {"append-only": [], "rewritten": [], "windowed": []}
     for g in range(groups):
         task = "You are an agent in a house. Task: " + " ".join(rng.choice(WORDS) for _ in range(40))
+        template = TEMPLATE + task
+        first_obs = " ".join(rng.choice(WORDS) for _ in range(obs_words))
         for r in range(rollouts):
             turns: list[tuple[str, str]] = []
             for t in range(steps):
-                obs = " ".join(rng.choice(WORDS) for _ in range(obs_words))
+                # every rollout of a group starts from the same observation
+                obs = first_obs if t == 0 else " ".join(rng.choice(WORDS) for _ in range(obs_words))
                 action = rng.choice(ACTIONS)
                 turns.append((obs, action))
                 for kind in logs:
+                    if kind == "windowed":  # verl-agent's prompt: template + task + the last WINDOW turns
+                        recent = "".join(f"<|user|>{o}\n<|assistant|>{a}\n" for o, a in turns[:-1][-WINDOW:])
+                        prompt = f"<|system|>{template}\n{recent}<|user|>{obs}\n<|assistant|>"
+                        logs[kind].append(
+                            {
+                                "group_id": f"g{g}",
+                                "traj_id": f"g{g}/r{r}",
+                                "step_idx": t,
+                                "reward": 0.0,
+                                "prompt": prompt,
+                                "action": action,
+                            }
+                        )
+                        continue
                     parts = [f"<|system|>{task}\n"]
                     for i, (o, a) in enumerate(turns):
                         if kind == "rewritten" and i == 0:
@@ -244,12 +274,34 @@ def baseline(model, tok, rows: list[dict], device) -> tuple[np.ndarray, int, int
     return nll, tokens, biggest
 
 
-def gaca(log_path: Path, model_dir: Path, loaded, out: Path, max_batch_tokens: int, dtype: str = "fp32"):
+def gaca(
+    log_path: Path, model_dir: Path, loaded, out: Path, max_batch_tokens: int, dtype: str = "fp32", share: bool = True
+):
     from gaca_cli.lm.scoring import ScoreConfig, run_score
     from gaca_cli.log.io import read_log
 
-    config = ScoreConfig(model=str(model_dir), dtype=dtype, device=str(loaded[2]), max_batch_tokens=max_batch_tokens)
+    config = ScoreConfig(
+        model=str(model_dir),
+        dtype=dtype,
+        device=str(loaded[2]),
+        max_batch_tokens=max_batch_tokens,
+        share_prefixes=share,
+    )
     return run_score(read_log([log_path]), config, out, loaded=loaded)
+
+
+def distinct_tokens(tok, rows: list[dict]) -> int:
+    """The lower bound of tokens any scorer must forward: the nodes of a trie over every step's
+    context + action tokens (each distinct prefix once)."""
+    seqs = sorted(tuple(tok(r["prompt"] + r["action"], add_special_tokens=False).input_ids) for r in rows)
+    total, previous = 0, ()
+    for seq in seqs:
+        common = 0
+        while common < min(len(seq), len(previous)) and seq[common] == previous[common]:
+            common += 1
+        total += len(seq) - common
+        previous = seq
+    return total
 
 
 def step_tokens(tok, rows: list[dict]) -> int:
@@ -349,6 +401,18 @@ def main() -> None:
                     sync(device)
                     base_wall = time.perf_counter() - t0
                     base_peak = peak_above(device, resident)
+                    t0 = time.perf_counter()
+                    unshared = gaca(
+                        path,
+                        model_dir,
+                        loaded,
+                        tmp / f"{name}.{kind}.noshare.parquet",
+                        args.max_batch_tokens,
+                        args.dtype,
+                        share=False,
+                    )
+                    sync(device)
+                    wall_noshare = time.perf_counter() - t0
                     resident = reset_peak(device)
                     t0 = time.perf_counter()
                     run = gaca(
@@ -379,12 +443,19 @@ def main() -> None:
                             peak=peak,
                             base_peak=base_peak,
                             diff=float(np.max(np.abs(got - ref))),
+                            wall_noshare=wall_noshare,
+                            fwd=s["forwarded_tokens"],
+                            fwd_noshare=unshared.summary["forwarded_tokens"],
+                            lower=distinct_tokens(tok, rows),
+                            diff_noshare=float(np.max(np.abs(got - unshared.table.column("nll_sum").to_numpy()))),
                         )
                     )
                     r = results[-1]
                     print(
                         f"# {name} {kind}: baseline {base_wall:.1f} s, gaca {wall:.1f} s "
-                        f"(×{base_wall / wall:.1f}), max |Δnll| {r['diff']:.1e}, fast head {s['fast_head']}",
+                        f"(×{base_wall / wall:.1f}), without prefix sharing {wall_noshare:.1f} s "
+                        f"(×{wall_noshare / wall:.1f}); forwarded {r['fwd']:,} tokens, "
+                        f"{r['fwd'] / r['lower']:.2f}× the distinct-token bound; max |Δnll| {r['diff']:.1e}",
                         flush=True,
                     )
                     if args.again:
@@ -418,8 +489,10 @@ def print_table(results: list[dict], flops: float) -> None:
         "method",
         "wall s",
         "tok fwd",
+        "× bound",
         "step tok/s",
-        "speed-up",
+        "× baseline",
+        "× no sharing",
         "floor s",
         "× floor",
         "logits MB",
@@ -435,8 +508,10 @@ def print_table(results: list[dict], flops: float) -> None:
                 "baseline",
                 f"{r['base_wall']:.2f}",
                 f"{r['base_tokens']:,}",
+                f"{r['base_tokens'] / r['lower']:.2f}",
                 f"{r['work'] / r['base_wall']:,.0f}",
                 "1.0×",
+                "-",
                 f"{r['floor']:.2f}",
                 f"{r['base_wall'] / r['floor']:.1f}",
                 f"{(r['base_peak'] if r['base_peak'] is not None else r['base_logits']) / 2**20:.0f}",
@@ -448,11 +523,31 @@ def print_table(results: list[dict], flops: float) -> None:
             (
                 r["model"],
                 r["log"],
+                "gaca, no prefix sharing",
+                f"{r['wall_noshare']:.2f}",
+                f"{r['fwd_noshare']:,}",
+                f"{r['fwd_noshare'] / r['lower']:.2f}",
+                f"{r['work'] / r['wall_noshare']:,.0f}",
+                f"{r['base_wall'] / r['wall_noshare']:.1f}×",
+                "1.0×",
+                f"{r['floor']:.2f}",
+                f"{r['wall_noshare'] / r['floor']:.1f}",
+                "-",
+                r["packed"],
+                f"{r['diff_noshare']:.1e}",
+            )
+        )
+        lines.append(
+            (
+                r["model"],
+                r["log"],
                 "gaca score",
                 f"{r['wall']:.2f}",
-                f"{r['tokens']:,}",
+                f"{r['fwd']:,}",
+                f"{r['fwd'] / r['lower']:.2f}",
                 f"{r['work'] / r['wall']:,.0f}",
                 f"{r['base_wall'] / r['wall']:.1f}×",
+                f"{r['wall_noshare'] / r['wall']:.1f}×",
                 f"{r['floor']:.2f}",
                 f"{r['wall'] / r['floor']:.1f}",
                 f"{(r['peak'] if r['peak'] is not None else r['gaca_logits']) / 2**20:.0f}",
@@ -470,6 +565,7 @@ def print_table(results: list[dict], flops: float) -> None:
         "\nstep tok/s: Σ over steps of context + action tokens ÷ wall (the same work for both methods);\n"
         "floor: the task's FLOP floor, 2 × (body parameters × unique tokens + head parameters × action tokens)\n"
         "       ÷ measured matmul FLOP/s (the same for both methods; × floor = wall ÷ floor);\n"
+        "× bound: tokens forwarded ÷ the log's distinct tokens (each distinct prefix of context + action once);\n"
         "logits MB: the largest float32 logits tensor built (on CUDA: each method's measured peak allocation\n"
         "       above the resident model, torch.cuda.max_memory_allocated)."
     )

@@ -93,7 +93,8 @@ def score_summary(s: dict) -> Text:
         f"{s['model']} ({s['dtype']}, T={s['temperature']:g}) on {s['device']}",
         f"  {s['trajectories']:,} trajectories, {s['packed_trajectories']:,} packed into one forward; "
         f"{s['unique_sequences']:,} sequences ({s['duplicate_sequences']:,} duplicates skipped), "
-        f"{s['tokens']:,} tokens in {s['forwards']:,} forwards",
+        f"{s['tokens']:,} tokens in {s['forwards']:,} forwards, {s['forwarded_tokens']:,} forwarded "
+        f"({s['shared_prefixes']:,} shared prefixes run once)",
         f"  {s['wall_s']:.1f} s"
         + (f", {s['tokens_per_s']:,.0f} tokens/s" if s.get("tokens_per_s") else "")
         + (f"; resumed {s['resumed_chunks']} of {s['chunks']} chunks" if s["resumed_chunks"] else ""),

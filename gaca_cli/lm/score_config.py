@@ -48,6 +48,13 @@ class ScoreConfig:
     pack: bool = field(
         default=True, metadata={"help": "One forward per append-only trajectory (no effect on the numbers)."}
     )
+    share_prefixes: bool = field(
+        default=True,
+        metadata={
+            "help": "Forward each token prefix that several steps share (template, task, identical histories) "
+            "once, and score the rest against its cached keys and values (the same numbers to float rounding)."
+        },
+    )
     max_batch_tokens: int = field(
         default=16384, metadata={"help": "Padded tokens per forward (halved on out-of-memory)."}
     )
@@ -93,6 +100,7 @@ class ScoreConfig:
             "add_special_tokens",
             "strict_prefix",
             "pack",
+            "share_prefixes",
             "chunk_rows",
         )
         return {k: getattr(self, k) for k in keep}

@@ -32,6 +32,7 @@ trajectories (balanced by an estimate of their token count) and rank 0 merges.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -298,6 +299,14 @@ class Scorer:
         targets = torch.from_numpy(seq[pos].astype(np.int64)).to(self.device)
         return self._logprobs_at(lambda i, j: logits[i:j], len(pos), targets).cpu().numpy()
 
+    @functools.cached_property
+    def shares_prefixes(self) -> bool:
+        """Does scoring against a cached prefix give this model's full-forward log-probs? (probed
+        once, gaca_cli.lm.prefix.prefix_cache_ok)"""
+        from gaca_cli.lm.prefix import prefix_cache_ok
+
+        return prefix_cache_ok(self)
+
     def free(self) -> None:
         import torch
 
@@ -311,15 +320,25 @@ def score_plan(
     max_batch_tokens: int,
     stats: dict,
     on_batch: Callable[[np.ndarray], None] | None = None,
+    share_prefixes: bool = False,
 ) -> list[np.ndarray]:
-    """Run every sequence of the plan; per sequence, its spans' log-probs concatenated."""
+    """Run every sequence of the plan; per sequence, its spans' log-probs concatenated.
+
+    With `share_prefixes` (and a model whose cached forward passes `prefix.prefix_cache_ok`),
+    token prefixes shared by several sequences are forwarded once and the rest of each
+    sequence is scored against their keys and values (gaca_cli.lm.prefix). Batches count the
+    cached tokens each row attends to against `max_batch_tokens`."""
     results: list[np.ndarray | None] = [None] * len(plan.seqs)
     lengths = np.array([len(s) for s in plan.seqs], dtype=np.int64)
 
-    def run(idx: np.ndarray) -> None:
+    def plain(idx: np.ndarray) -> list[np.ndarray]:
+        return scorer.logprobs([plan.seqs[i] for i in idx], [plan.spans[i] for i in idx])
+
+    def run(idx: np.ndarray, forward: Callable[[np.ndarray], list[np.ndarray]], depth: int) -> None:
+        """One batch: `depth` leading tokens of each sequence come from a cached prefix."""
         failed = False
         try:
-            lps = scorer.logprobs([plan.seqs[i] for i in idx], [plan.spans[i] for i in idx])
+            lps = forward(idx)
         except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
             if not is_out_of_memory(exc):
                 raise
@@ -329,16 +348,17 @@ def score_plan(
                 results[i] = lp
             stats["forwards"] += 1
             stats["padded_tokens"] += int(len(idx) * lengths[idx].max())
+            stats["forwarded_tokens"] += int(np.sum(lengths[idx] - depth))
             return
         scorer.free()
         stats["oom_backoffs"] += 1
         if len(idx) > 1:
             half = len(idx) // 2
-            run(idx[:half])
-            run(idx[half:])
+            run(idx[:half], forward, depth)
+            run(idx[half:], forward, depth)
             return
         i = int(idx[0])
-        if len(plan.spans[i]) > 1:  # a packed sequence that does not fit: its steps one by one
+        if depth == 0 and len(plan.spans[i]) > 1:  # a packed sequence that does not fit: its steps one by one
             parts = []
             for s, e in plan.spans[i]:
                 sub = ChunkPlan([plan.seqs[i][:e]], [np.array([[s, e]])], np.zeros(1, np.int64), np.zeros(1, np.int64))
@@ -350,14 +370,22 @@ def score_plan(
             "try --dtype bf16, another --device, or a smaller model"
         )
 
+    def batches(idx: np.ndarray, depth: int, forward: Callable[[np.ndarray], list[np.ndarray]]) -> None:
+        for batch in plan_batches(lengths[idx], max_batch_tokens):  # lengths include the cached tokens
+            run(idx[batch], forward, depth)
+            if on_batch is not None:
+                on_batch(idx[batch])
+
     n_action = np.array([int(np.sum(sp[:, 1] - sp[:, 0])) for sp in plan.spans], dtype=np.int64)
     for i in np.flatnonzero(n_action == 0):  # nothing to predict: no forward
         results[i] = np.zeros(0, dtype=np.float32)
     todo = np.flatnonzero(n_action > 0)
-    for batch in plan_batches(lengths[todo], max_batch_tokens):
-        run(todo[batch])
-        if on_batch is not None:
-            on_batch(todo[batch])
+    if share_prefixes and len(todo) > 1 and scorer.shares_prefixes:
+        from gaca_cli.lm.prefix import score_shared
+
+        score_shared(scorer, plan.seqs, plan.spans, todo, lambda idx: batches(idx, 0, plain), batches, stats)
+    else:
+        batches(todo, 0, plain)
     return results  # type: ignore[return-value]
 
 
@@ -382,6 +410,8 @@ _COUNTERS = (
     "from_prompt",
     "from_messages",
     "oom_backoffs",
+    "forwarded_tokens",
+    "shared_prefixes",
 )
 
 
@@ -595,7 +625,7 @@ def score_shard(
             if progress is not None:
                 progress.advance(int(steps_of_seq[batch].sum()), int(sum(len(plan.seqs[i]) for i in batch)))
 
-        per_seq = score_plan(scorer, plan, config.max_batch_tokens, stats, on_batch)
+        per_seq = score_plan(scorer, plan, config.max_batch_tokens, stats, on_batch, config.share_prefixes)
         # each step's slice of its sequence's log-probs
         offsets = [np.concatenate([[0], np.cumsum(sp[:, 1] - sp[:, 0])]) for sp in plan.spans]
         step_lps = [per_seq[s][offsets[s][j] : offsets[s][j + 1]] for s, j in zip(plan.step_seq, plan.step_span)]
@@ -824,6 +854,8 @@ def run_score(
         "forwards": s["forwards"],
         "tokens": s["tokens"],
         "padded_tokens": s["padded_tokens"],
+        "forwarded_tokens": s["forwarded_tokens"],
+        "shared_prefixes": s["shared_prefixes"],
         "action_tokens": s["action_tokens"],
         "empty_actions": s["empty_actions"],
         "prefix_mismatch_rows": s["prefix_mismatch_rows"],

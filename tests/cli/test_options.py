@@ -181,6 +181,7 @@ ANY_VALUE = {
         "add_special_tokens",
         "strict_prefix",
         "pack",
+        "share_prefixes",
         "resume",
     },
     "train-offline": {"revision", "trust_remote_code", "add_special_tokens", "strict_prefix", "gradient_checkpointing"},

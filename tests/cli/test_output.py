@@ -109,6 +109,8 @@ SCORE = {
     "duplicate_sequences": 2,
     "tokens": 99999,
     "forwards": 12,
+    "forwarded_tokens": 45678,
+    "shared_prefixes": 5,
     "wall_s": 3.25,
     "tokens_per_s": 30769.0,
     "resumed_chunks": 1,
