@@ -28,6 +28,11 @@ from typing import Any
 import numpy as np
 
 MIN_SHARED_TOKENS = 32  # a shorter common prefix is not worth a forward of its own
+#: a shared prefix must be at least this share of its sequences' mean length: scoring against a
+#: cache costs a copy of it per batch row and attention without the causal fast path, which a
+#: short shared prefix does not pay back (bench/score.py: a ~10 % shared system prompt made the
+#: rewritten-history log 0.9x as fast; the windowed log's ~70 % made it 1.9x as fast)
+MIN_SHARED_FRACTION = 0.5
 PROBE_TOLERANCE = 1e-4  # |Δ log-prob| allowed between the cached and the full forward in the probe
 
 
@@ -53,11 +58,19 @@ class PrefixNode:
 
 def shareable_lengths(seqs: list[np.ndarray], spans: list[np.ndarray]) -> np.ndarray:
     """int64 [S] how many leading tokens of each sequence may sit in a shared prefix: up to the
-    position that predicts its first action token (start − 1), the whole of it when it has none."""
+    position that predicts its first action token (start − 1), the whole of it when it has none.
+
+    A packed sequence (a whole append-only trajectory, several action spans) shares nothing: it
+    already runs its history once, and sharing only its step-0 context with the group's other
+    rollouts cost more (the cache copied per batch row, attention over it) than it saved
+    (bench/score.py, append-only logs: 0.85x the speed without sharing)."""
     out = np.empty(len(seqs), dtype=np.int64)
     for i, (seq, sp) in enumerate(zip(seqs, spans)):
         starts = sp[sp[:, 1] > sp[:, 0], 0] if len(sp) else sp[:0, 0]
-        out[i] = max(0, int(starts.min()) - 1) if len(starts) else len(seq) - 1
+        if len(starts) > 1:
+            out[i] = 0
+        else:
+            out[i] = max(0, int(starts.min()) - 1) if len(starts) else len(seq) - 1
     return out
 
 
@@ -110,6 +123,24 @@ def prefix_tree(seqs: list[np.ndarray], limits: np.ndarray, min_shared: int = MI
         last = stack.pop()
         attach(stack[-1], last)
     return root
+
+
+def worth_sharing(node: PrefixNode, lengths: np.ndarray, fraction: float = MIN_SHARED_FRACTION) -> list[int]:
+    """Dissolve, in place, every shared prefix shorter than `fraction` of the mean length of the
+    sequences below it: they hang from the nearest ancestor kept (or the root) instead.
+    Returns the sequences below `node`."""
+    below = list(node.leaves)
+    kept: list[PrefixNode] = []
+    for child in node.children:
+        members = worth_sharing(child, lengths, fraction)
+        below += members
+        if child.depth >= fraction * float(np.mean(lengths[members])):
+            kept.append(child)
+        else:
+            node.leaves += child.leaves
+            kept += child.children
+    node.children = kept
+    return below
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,6 +248,7 @@ def score_shared(
 
     sub = [seqs[i] for i in todo]
     tree = prefix_tree(sub, shareable_lengths(sub, [spans[i] for i in todo]), min_shared)
+    worth_sharing(tree, np.array([len(x) for x in sub], dtype=np.int64))
     run_plain(todo[np.asarray(tree.leaves, dtype=np.int64)])
 
     def visit(node: PrefixNode, parent_depth: int, parent_kv) -> None:

@@ -118,3 +118,27 @@ def test_suffix_against_cached_prefix_equals_the_full_forward(arch, tmp_path):
     for a, b in zip(full, cached):
         assert a.shape == b.shape
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
+
+
+def test_packed_sequences_share_nothing():
+    """A whole append-only trajectory (several action spans) is scored as today: no shared prefix."""
+    seqs = [np.arange(100) for _ in range(3)]
+    spans = [np.array([[40, 45], [80, 85]]) for _ in range(3)]
+    assert list(shareable_lengths(seqs, spans)) == [0, 0, 0]
+    root = prefix_tree(seqs, shareable_lengths(seqs, spans), min_shared=8)
+    assert sorted(root.leaves) == [0, 1, 2] and root.children == []
+
+
+def test_short_shared_prefixes_are_not_worth_a_cache():
+    """A 40-token prefix of 400-token sequences is dissolved; one of 60-token sequences is kept."""
+    from gaca_cli.lm.prefix import worth_sharing
+
+    shared = np.arange(40)
+    seqs = [np.concatenate([shared, 1000 + 10 * k + np.arange(n)]) for k, n in enumerate([360, 360, 20, 20])]
+    seqs[2][40:45] = seqs[3][40:45] = 7  # the short pair shares 45 tokens, of 60
+    spans = [np.array([[len(s) - 2, len(s)]]) for s in seqs]
+    root = prefix_tree(seqs, shareable_lengths(seqs, spans), min_shared=32)
+    assert [c.depth for c in root.children] == [40]
+    worth_sharing(root, np.array([len(s) for s in seqs]))
+    assert sorted(root.leaves) == [0, 1] and [c.depth for c in root.children] == [45]
+    assert sorted(root.children[0].leaves) == [2, 3]
