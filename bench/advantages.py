@@ -720,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def worktree(rev: str) -> Path:
     """A detached git worktree of `rev` under the temporary directory, made once and reused
-    (the same as bench/startup.py's)."""
+    (bench/startup.py uses it too)."""
     sha = subprocess.run(
         ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -35,22 +35,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import synth  # noqa: E402
+from advantages import worktree  # noqa: E402  (the same worktree cache as bench/advantages.py)
 
 DEFAULT_AGAINST = "595808a"
 TARGET_ADVANTAGES_S = 1.0
-
-
-def worktree(rev: str) -> Path:
-    """A detached git worktree of `rev` under the temporary directory, made once and reused."""
-    sha = subprocess.run(
-        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    path = Path(tempfile.gettempdir()) / f"gaca-bench-{sha}"
-    if not (path / "gaca_cli").is_dir():
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True, capture_output=True
-        )
-    return path
 
 
 def wall_time(tree: Path, args: list[str], cwd: Path) -> float:
