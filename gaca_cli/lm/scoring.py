@@ -439,13 +439,20 @@ def chunk_path(work_dir: Path, rank: int, world: int, k: int) -> Path:
 
 def fingerprint(log, index, config: ScoreConfig, world: int, dtype: str) -> dict:
     """What must not change between a run and its --resume (`dtype` as resolved: fp32, bf16…)."""
+    from gaca_cli.lm.models import model_fingerprint
+
     files = []
     for f in log.files:
         st = os.stat(f)
-        files.append([os.path.abspath(f), st.st_size, st.st_mtime_ns])
+        digest = hashlib.blake2b()
+        with open(f, "rb") as handle:  # the bytes, not only size and mtime: an edit in place is caught
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        files.append([os.path.abspath(f), st.st_size, digest.hexdigest()[:32]])
     return {
         "tool": "gaca score",
         "files": files,
+        "model_files": model_fingerprint(config.model, config.revision),
         "column_map": log.renamed,
         "rows": index.n_rows,
         "world_size": world,

@@ -427,6 +427,48 @@ def test_resume_after_interruption_gives_the_same_file(tiny_llama, tmp_path):
     assert not parts.exists()
 
 
+def test_resume_refuses_an_input_edited_in_place_and_a_replaced_model(tiny_llama, tmp_path):
+    """The resume fingerprint holds the inputs' bytes and the model's files: a log rewritten with
+    the same size and its mtime restored, and other weights at the same model path, are refused."""
+    import os
+    import shutil
+
+    from tests.lm.tiny_models import build_model
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama, model)
+    rows = make_rows(groups=3, trajs=3, steps=3, seed=12)
+    log = write_log(tmp_path / "log.parquet", rows)
+    out = tmp_path / "out.parquet"
+    common = ["--model", str(model), "--chunk-rows", "9", "--device", "cpu", "-o", str(out)]
+
+    def interrupt(k: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        score_lib(log, model, out, chunk_rows=9, on_chunk=interrupt)
+
+    original, stat = log.read_bytes(), log.stat()
+    edited = [dict(r, reward=r["reward"] + 1.0) for r in rows]  # same types, same encoded size
+    write_log(log, edited)
+    assert log.stat().st_size == stat.st_size and log.read_bytes() != original
+    os.utime(log, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    res = runner.invoke(app, ["score", str(log), *common, "--resume"])
+    assert res.exit_code == 1 and "differing: files" in res.stderr and not out.exists(), res.output
+
+    log.write_bytes(original)
+    shutil.rmtree(model)
+    build_model(model, arch="llama", seed=1)
+    res = runner.invoke(app, ["score", str(log), *common, "--resume"])
+    assert res.exit_code == 1 and "differing: model_files" in res.stderr and not out.exists(), res.output
+
+    shutil.rmtree(model)
+    shutil.copytree(tiny_llama, model)
+    res = runner.invoke(app, ["score", str(log), *common, "--resume", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["resumed_chunks"] == 1
+
+
 # --------------------------------------------------------------------------- errors
 
 
