@@ -48,6 +48,8 @@ READ_COLUMNS = (
     C.EPISODE_REWARD,
     C.SUCCESS,
     C.BEHAVIOR_LOGPROBS,
+    C.ACTION_TOKEN_IDS,  # read for the schema rule len(behavior_logprobs) == len(action_token_ids)
+    C.DONE,  # read for the schema rule `done` only on a trajectory's last step
     C.NLL_SUM,
     C.NLL_MEAN,
     *C.ADVANTAGES_OUTPUTS,

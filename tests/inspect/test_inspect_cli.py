@@ -172,3 +172,31 @@ def test_inspect_does_not_import_torch(annotated):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("rule", ["done", "behavior_logprobs"])
+def test_inspect_enforces_every_schema_rule(tmp_path, rule):
+    """`done` on a step that is not the last, and behaviour log-probs whose length differs from
+    the action's token ids, stop inspect as they stop every other command: one Error line, exit 1."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    annotated = tmp_path / "annotated.parquet"
+    assert CliRunner().invoke(app, ["advantages", str(EXAMPLE_LOG), "-o", str(annotated)]).exit_code == 0
+    table = pq.read_table(annotated)
+    if rule == "done":
+        done = [False] * table.num_rows
+        first = table.column("step_idx").to_pylist().index(0)
+        done[first] = True  # step 0 of a trajectory with more steps
+        table = table.set_column(table.column_names.index("done"), "done", pa.array(done))
+    else:
+        lengths = [len(x) for x in table.column("behavior_logprobs").to_pylist()]
+        ids = [list(range(n)) for n in lengths]
+        ids[0] = ids[0] + [7]
+        table = table.append_column("action_token_ids", pa.array(ids, pa.list_(pa.int32())))
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(table, bad)
+    res = CliRunner().invoke(app, ["inspect", str(bad), "--no-pager"])
+    assert res.exit_code == 1, res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:") and rule in lines[0], res.stderr
