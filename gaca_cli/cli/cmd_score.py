@@ -42,6 +42,18 @@ def score(
     with user_errors(), distributed_from_env() as (rank, world, barrier):
         log = read_log(logs, column_map(column_maps))
         with ProgressBar(err_console(), enabled=rank == 0) as bar:
-            result = run_score(log, config, out, rank=rank, world=world, barrier=barrier, progress=ScoreProgress(bar))
+            try:
+                result = run_score(
+                    log, config, out, rank=rank, world=world, barrier=barrier, progress=ScoreProgress(bar)
+                )
+            except KeyboardInterrupt:
+                bar.stop()
+                if rank == 0:
+                    typer.echo(
+                        f"interrupted; finished chunks are kept in {out}.parts/: continue with the same command "
+                        "and --resume",
+                        err=True,
+                    )
+                raise typer.Exit(130) from None
     if rank == 0:
         show_summary(result.summary, score_summary, as_json=as_json)

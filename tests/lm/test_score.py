@@ -538,3 +538,20 @@ def test_bad_logs(tiny_llama, tmp_path):
 def test_help_has_an_example():
     result = runner.invoke(app, ["score", "--help"])
     assert result.exit_code == 0 and "Example: gaca score" in result.output
+
+
+def test_ctrl_c_says_how_to_resume(tiny_llama, tmp_path, monkeypatch):
+    """Ctrl-C during `gaca score` exits 130 with one line saying where the finished chunks are
+    and how to continue, and leaves no output file."""
+    import gaca_cli.lm.scoring as scoring
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scoring, "run_score", interrupted)
+    log = write_log(tmp_path / "log.parquet", make_rows(groups=1, trajs=2, steps=2, seed=13))
+    out = tmp_path / "out.parquet"
+    res = runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "--device", "cpu", "-o", str(out)])
+    assert res.exit_code == 130, res.output
+    assert "--resume" in res.stderr and f"{out}.parts" in res.stderr
+    assert not out.exists()
