@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import JsonOption, MapOption, column_map, err_console, show_summary, user_errors
+from gaca_cli.cli.common import JsonOption, MapOption, check_output, column_map, err_console, show_summary, user_errors
 from gaca_cli.cli.options import ConfigOptions, config_options
 from gaca_cli.lm.train_config import TrainConfig
 
@@ -44,6 +44,7 @@ def train_offline(
     from gaca_cli.log.io import read_log, same_or_inside
     from gaca_cli.render import train_summary
 
+    check_output(output, directory=True)
     try:
         check_out_dir(output, resume)
     except ValueError as exc:

@@ -65,7 +65,18 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Pat
             f"{output} would overwrite or fall inside the input {clash}; choose another -o",
             param_hint="'-o'",
         )
+    check_output(output)
     return output
+
+
+def check_output(output: Path, directory: bool = False) -> None:
+    """Refuse, before any work, an output that cannot be written: one `Error:` line, exit 1."""
+    from gaca_cli.log.io import unwritable_reason
+
+    reason = unwritable_reason(output, directory)
+    if reason is not None:
+        typer.echo(f"Error: -o {output}: {reason}; choose another -o", err=True)
+        raise typer.Exit(1)
 
 
 def print_json(data: Any) -> None:

@@ -629,3 +629,23 @@ def same_or_inside(out: str | os.PathLike, inputs: Sequence[str | os.PathLike]) 
             if out_path == p or (p.is_dir() and p in out_path.parents):
                 return cand
     return None
+
+
+def unwritable_reason(out: str | os.PathLike, directory: bool = False) -> str | None:
+    """Why `out` (a file, or with `directory` a directory) cannot be written, checked before
+    any work: it names an existing directory (or file), something on its path is a regular
+    file, or the nearest existing folder is not writable. None when it can be written."""
+    path = Path(out).absolute()
+    if path.exists():
+        if directory and not path.is_dir():
+            return f"{out} is a file, not a directory"
+        if not directory and path.is_dir():
+            return f"{out} is a directory, not a file"
+    ancestor = path if (directory and path.is_dir()) else path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is a file, so nothing can be created under it"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"{ancestor} is not writable"
+    return None

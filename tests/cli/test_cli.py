@@ -168,3 +168,43 @@ def test_a_bug_exits_3_with_its_traceback_and_data_errors_exit_1(tmp_path):
     )
     assert missing.returncode == 1 and missing.stderr.startswith("Error:"), missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("command", ["advantages", "score", "train-offline"])
+@pytest.mark.parametrize("where", ["existing-directory", "under-a-file", "read-only-directory"])
+def test_an_unwritable_output_is_one_error_line_before_any_work(command, where, tmp_path, tiny_llama):
+    """-o naming an existing directory (a file, for train-offline), a path under a regular file,
+    or a read-only directory: one Error line naming -o, exit 1, before the model is loaded or
+    anything is read, and nothing is written."""
+    import os
+    import stat
+
+    from tests.conftest import EXAMPLE_LOG
+
+    blocker = tmp_path / "blocker"
+    if where == "existing-directory":
+        out = tmp_path / "exists"
+        if command == "train-offline":
+            out.write_text("a file where the run's directory should go")
+        else:
+            out.mkdir()
+    elif where == "under-a-file":
+        blocker.write_text("a regular file")
+        out = blocker / "sub" / "out.parquet"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories")
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        out = locked / "out.parquet"
+    args = [command, str(EXAMPLE_LOG), "-o", str(out)]
+    if command != "advantages":
+        args += ["--model", str(tmp_path / "no-such-model"), "--device", "cpu"]  # never reached
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1, res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: -o"), res.stderr
+    assert "no-such-model" not in lines[0]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
