@@ -453,21 +453,28 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     assert ma[0]["kl"] == pytest.approx(0.0, abs=1e-7) and ma[-1]["kl"] > 0
 
 
-def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
-    """A run started with --device auto resumes with --device cpu where auto means the CPU (no
-    GPU), and is refused where auto meant a GPU; another option still refuses the resume."""
-    from gaca_cli.lm.training import TrainConfig, train
+def interrupted_after_step_2(log: Path, config, out: Path) -> None:
+    """A run of `config` on `log` into `out`, interrupted (as Ctrl-C would) after step 2."""
+    from gaca_cli.lm.training import train
     from gaca_cli.log.io import read_log
-
-    log = write_log(tmp_path / "log.parquet", many_rows())
-    config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=1, device="auto")
 
     def interrupt(kind, info):
         if kind == "step" and info["step"] == 2:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(read_log([log]), config, tmp_path / "run", on_event=interrupt)
+        train(read_log([log]), config, out, on_event=interrupt)
+
+
+def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
+    """A run started with --device auto resumes with --device cpu where auto means the CPU (no
+    GPU), and is refused where auto meant a GPU; another option still refuses the resume."""
+    from gaca_cli.lm.training import TrainConfig
+
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=1, device="auto")
+
+    interrupted_after_step_2(log, config, tmp_path / "run")
     args = [
         log,
         "--model",
@@ -502,8 +509,7 @@ def test_resume_refuses_changed_behavior_logprobs_and_a_replaced_model(tiny_llam
 
     from transformers import AutoTokenizer
 
-    from gaca_cli.lm.training import TrainConfig, train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.training import TrainConfig
     from tests.lm.tiny_models import build_model
 
     model = tmp_path / "model"
@@ -516,12 +522,7 @@ def test_resume_refuses_changed_behavior_logprobs_and_a_replaced_model(tiny_llam
     log = write_log(tmp_path / "log.parquet", rows)
     config = TrainConfig(model=str(model), loss="ppo", max_steps=3, batch_size=6, save_every=1, device="cpu")
 
-    def interrupt(kind, info):
-        if kind == "step" and info["step"] == 2:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(read_log([log]), config, tmp_path / "run", on_event=interrupt)
+    interrupted_after_step_2(log, config, tmp_path / "run")
     args = ["--model", model, "--loss", "ppo", "--max-steps", "3", "--batch-size", "6", "--save-every", "1"]
     args += ["--device", "cpu", "--resume", "-o", tmp_path / "run"]
 
