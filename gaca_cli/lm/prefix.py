@@ -21,7 +21,6 @@ grouping of the attention sums differs (fp32 on CPU: within 1e-5 of the full for
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,18 +161,24 @@ def _kv_of(cache) -> list[tuple[Any, Any]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-@functools.cache
-def _cache_argument(decoder_type: Any) -> str:
+_CACHE_ARGUMENT: dict[Any, str] = {}
+
+
+def _cache_argument(decoder: Any) -> str:
     """transformers ≥ 5.2x names the forward's argument (and output) `cache`; earlier versions
     `past_key_values`. Read once per decoder class, not on every forward."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(decoder_type.forward).parameters else "past_key_values"
+    kind = type(decoder)
+    if kind not in _CACHE_ARGUMENT:
+        params = inspect.signature(decoder.forward).parameters
+        _CACHE_ARGUMENT[kind] = "cache" if "cache" in params else "past_key_values"
+    return _CACHE_ARGUMENT[kind]
 
 
 def _run(scorer, ids, cache):
     """The decoder's forward over `ids` after the cached prefix; returns (hidden, cache)."""
-    name = _cache_argument(type(scorer.decoder))
+    name = _cache_argument(scorer.decoder)
     out = scorer.decoder(input_ids=ids, use_cache=True, **({name: cache} if cache is not None else {}))
     hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
     return hidden, getattr(out, "cache", None) or getattr(out, "past_key_values", None)
