@@ -1,0 +1,199 @@
+"""What every `gaca import` format shares: its description, its options, its errors, and the
+helpers that read JSONL and Parquet sources record by record and split whole chats into steps.
+
+A format is one module beside this one that defines `INFO` (a `FormatInfo`) and
+`read(files, options)`, a generator of one dict per gaca step row (see `docs/importing.md`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gaca_cli.errors import GacaError
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """What a format is, for `gaca import --list`, the summary and the docs' table."""
+
+    name: str
+    summary: str  # one line
+    suffixes: tuple[str, ...]  # the files taken from a directory SRC
+    carries: str
+    lacks: str
+    source: str  # the framework file(s) and version this importer follows
+    mapped: Mapping[str, str] = field(default_factory=dict)  # gaca column -> source field
+    derived: Mapping[str, str] = field(default_factory=dict)  # gaca column -> how it is derived
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """The options of `gaca import` that formats read.
+
+    `reward_weights`: the weights of a run's reward functions, in the source's column order
+    (trl). `field_map`: gaca field -> the source's field name (`--map`, chat-jsonl)."""
+
+    reward_weights: tuple[float, ...] | None = None
+    field_map: Mapping[str, str] = field(default_factory=dict)
+
+
+class SourceError(GacaError):
+    """A source record that does not fit its format: file, line or row, field, rule."""
+
+    def __init__(self, file: str | os.PathLike, where: str | None, field: str | None, rule: str) -> None:
+        parts = [p for p in (where, f"field '{field}'" if field else None) if p]
+        super().__init__(": ".join([*parts, rule]), file=str(file))
+
+
+def text_of(content: Any) -> str:
+    """The text of a chat message's content: a string as it is, OpenAI content parts
+    (`[{"type": "text", "text": ...}, ...]`) joined, None as ""."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                texts.append(json.dumps(part, sort_keys=True, default=str))
+        return "".join(texts)
+    return json.dumps(content, sort_keys=True, default=str)
+
+
+def _message(m: Any) -> dict[str, str]:
+    return {"role": str(m.get("role", "")), "content": text_of(m.get("content"))}
+
+
+def action_text(message: Mapping[str, Any]) -> str:
+    """What an assistant turn produced: its text, followed by its tool calls as JSON when it
+    made any (a turn with tool calls and no text is its tool calls)."""
+    text = text_of(message.get("content"))
+    calls = message.get("tool_calls")
+    if calls:
+        rendered = json.dumps(calls, sort_keys=True, default=str)
+        text = f"{text}\n{rendered}" if text else rendered
+    return text
+
+
+def split_chat(
+    messages: Sequence[Mapping[str, Any]], assistant_role: str = "assistant"
+) -> Iterator[tuple[list[dict[str, str]], str, Mapping[str, Any]]]:
+    """One step per assistant turn: (the chat before it as `{"role", "content"}` dicts, the
+    turn's text (`action_text`), the turn's message as the source wrote it)."""
+    context: list[dict[str, str]] = []
+    for m in messages:
+        if m.get("role") == assistant_role:
+            text = action_text(m)
+            yield list(context), text, m
+            context.append({"role": str(m.get("role")), "content": text})
+        else:
+            context.append(_message(m))
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON value) for each non-blank line, read line by line. A line
+    that is not JSON is a SourceError naming it."""
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SourceError(path, f"line {number}", None, f"not valid JSON ({exc.msg})") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A whole JSON document (for formats that write one small file per episode)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise SourceError(path, f"line {exc.lineno}", None, f"not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError:
+        raise SourceError(path, None, None, "not UTF-8 text") from None
+
+
+def iter_parquet_rows(
+    path: str | os.PathLike, columns: Sequence[str] | None = None, batch_rows: int = 4096
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(0-based row number, row as a dict) for each row of a Parquet file, read in record
+    batches. A file that is not readable Parquet is a SourceError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        row = 0
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None):
+            for record in batch.to_pylist():
+                yield row, record
+                row += 1
+    except (pa.ArrowException, OSError) as exc:
+        raise SourceError(path, None, None, f"not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+
+
+def require(record: Mapping[str, Any], key: str, file: str | os.PathLike, where: str, kinds: type | tuple) -> Any:
+    """`record[key]`, which must exist and be one of `kinds` (bool is never a number)."""
+    if not isinstance(record, Mapping):
+        raise SourceError(file, where, None, f"expected a JSON object, got {type(record).__name__}")
+    if key not in record or record[key] is None:
+        raise SourceError(file, where, key, "missing")
+    value = record[key]
+    numeric = kinds in (int, float) or (isinstance(kinds, tuple) and set(kinds) <= {int, float})
+    if not isinstance(value, kinds) or (numeric and isinstance(value, bool)):
+        names = kinds.__name__ if isinstance(kinds, type) else " or ".join(k.__name__ for k in kinds)
+        raise SourceError(file, where, key, f"must be {names}, got {json.dumps(value, default=str)[:40]}")
+    return value
+
+
+def number(value: Any, file: str | os.PathLike, where: str, key: str) -> float:
+    """A finite-or-not float from a JSON number (bool refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SourceError(file, where, key, f"must be a number, got {json.dumps(value, default=str)[:40]}")
+    return float(value)
+
+
+def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]) -> list[Path]:
+    """Files, globs and directories (searched recursively for `suffixes`) to a sorted list of
+    files, each once."""
+    import glob
+
+    files: list[Path] = []
+    for raw in sources:
+        text = str(raw)
+        if any(ch in "*?[" for ch in text) and not os.path.exists(text):
+            matches = sorted(glob.glob(text, recursive=True))
+            if not matches:
+                raise GacaError("no file matches this pattern", file=text)
+        else:
+            matches = [text]
+        for m in matches:
+            p = Path(m)
+            if p.is_dir():
+                found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(tuple(suffixes)))
+                if not found:
+                    raise GacaError(f"no {' or '.join(suffixes)} file in this directory", file=m)
+                files.extend(found)
+            elif p.exists():
+                files.append(p)
+            else:
+                raise GacaError("no such file or directory", file=m)
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
