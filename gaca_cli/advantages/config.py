@@ -37,6 +37,15 @@ NLL_SCOPES = ("trajectory", "group", "batch")
 NLL_REDUCES = ("mean", "sum")
 
 
+SIMILARITY_METRICS = ("lcs", "difflib")
+
+
+SIMILARITY_ORDERS = ("sorted", "rows")
+
+
+SINGLETON_GROUPS = ("zero", "raw")
+
+
 @dataclass(frozen=True)
 class AdvantagesConfig:
     """Every parameter of `gaca advantages`; the defaults are the spec's."""
@@ -54,6 +63,23 @@ class AdvantagesConfig:
         default=None,
         metadata={"help": "θ in (0, 1): merge anchors with 2·LCS/(|a|+|b|) ≥ θ (default: exact equality)."},
     )
+    similarity_metric: str = field(
+        default="lcs",
+        metadata={
+            "help": "Similarity of --anchor-similarity: lcs (2·LCS/(|a|+|b|)) | difflib (SequenceMatcher ratio, as verl-agent)."
+        },
+    )
+    similarity_order: str = field(
+        default="sorted",
+        metadata={
+            "help": "Order --anchor-similarity clusters anchors in: sorted (texts sorted) | rows (first row in the file, as verl-agent)."
+        },
+    )
+    singleton_groups: str = field(
+        default="zero",
+        metadata={"help": "A^E of an episode group of one: zero | raw (mean 0, std 1: its own return, as verl-agent)."},
+    )
+    epsilon: float = field(default=EPS, metadata={"help": "ε in norm(x) = (x − mean) / (std + ε)."})
     beta: float = field(default=0.1, metadata={"help": "β: how strongly NLL moves λ away from ω/(1+ω) (gaca)."})
     nll_scope: str = field(
         default="trajectory", metadata={"help": "Standardise NLL within: trajectory | group | batch."}
@@ -71,6 +97,9 @@ class AdvantagesConfig:
             "episode_stats": EPISODE_STATS,
             "nll_scope": NLL_SCOPES,
             "nll_reduce": NLL_REDUCES,
+            "similarity_metric": SIMILARITY_METRICS,
+            "similarity_order": SIMILARITY_ORDERS,
+            "singleton_groups": SINGLETON_GROUPS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -87,6 +116,8 @@ class AdvantagesConfig:
                 self.anchor_similarity,
                 "a threshold strictly between 0 and 1, or leave it unset for exact anchors",
             )
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0.0):
+            bad("epsilon", self.epsilon, "a finite value ≥ 0, e.g. 1e-06")
         if not (math.isfinite(self.beta) and self.beta >= 0.0):
             bad("beta", self.beta, "a finite value ≥ 0 (0 reproduces gigpo)")
         if not (0.0 <= self.lambda_min <= self.lambda_max <= 1.0):

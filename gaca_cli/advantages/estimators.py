@@ -41,6 +41,10 @@ class Rollouts:
     episode_reward: float64 [T] logged R(τ), or None to use Σ_t r_t
     step_group:     int64 [N]   step-group code (same episode group and anchor), or None
     criticality:    float64 [N] u_t (action NLL), NaN where the step has no action tokens
+    row_return:     float64 [N] a return per row, or None. With episode statistics over steps
+                    it replaces R(τ) row by row: an online trainer such as verl-agent gives
+                    each step row its own episode score (its invalid-action penalty can make
+                    the rows of one trajectory differ); a log has R(τ) per trajectory.
     """
 
     index: TrajectoryIndex
@@ -48,6 +52,7 @@ class Rollouts:
     episode_reward: np.ndarray | None = None
     step_group: np.ndarray | None = None
     criticality: np.ndarray | None = None
+    row_return: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,7 @@ def shifted_moments(
 
 
 def normalize_in_groups(
-    values: np.ndarray, codes: np.ndarray, n_codes: int, normalize_by_std: bool
+    values: np.ndarray, codes: np.ndarray, n_codes: int, normalize_by_std: bool, eps: float = EPS
 ) -> tuple[np.ndarray, int, int]:
     """norm(x) within each group: (x − mean) / (std + ε) with std unbiased (ddof = 1), or
     x − mean. Groups of size 1 and groups whose values are all equal give 0.
@@ -141,7 +146,7 @@ def normalize_in_groups(
     """
     if kernels := _compiled.kernels(len(values)):
         out, n_singleton, n_constant = kernels.normalize_in_groups(
-            _f64(values), _i64(codes), n_codes, normalize_by_std, EPS
+            _f64(values), _i64(codes), n_codes, normalize_by_std, eps
         )
         return out, int(n_singleton), int(n_constant)
     order = np.lexsort((values, codes))  # grouped by code, ascending within a group
@@ -151,7 +156,7 @@ def normalize_in_groups(
     if normalize_by_std:
         with np.errstate(all="ignore"):
             std = scale * np.sqrt(m2 / (count - 1))
-            normalized = dev / (std[group] + EPS)
+            normalized = dev / (std[group] + eps)
     else:
         normalized = dev
     constant = hi == lo
@@ -225,23 +230,35 @@ def episode_returns(rollouts: Rollouts) -> np.ndarray:
     return trajectory_totals(rollouts.reward, rollouts.index)
 
 
-def episode_advantage(rollouts: Rollouts, normalize_by_std: bool, stats_over: str) -> tuple[np.ndarray, dict]:
+def episode_advantage(rollouts: Rollouts, config: AdvantagesConfig) -> tuple[np.ndarray, dict]:
     """A^E(τ) = norm(R(τ)) over the trajectories of the episode group (Eq. 3), broadcast to
-    every step: float64 [N] per row. With stats_over="steps" the group's mean/std run over its
-    step rows (each trajectory weighted by its length, as in the verl-agent reference code)."""
-    index = rollouts.index
-    ret = episode_returns(rollouts)
-    if stats_over == "trajectories":
-        per_traj, single, const = normalize_in_groups(ret, index.traj_group, index.n_groups, normalize_by_std)
+    every step: float64 [N] per row. With episode_stats="steps" the group's mean/std run over
+    its step rows (each trajectory weighted by its length, as in the verl-agent reference code;
+    R per row from `row_return` when given).
+
+    A group of one member gives 0, or with singleton_groups="raw" its own value with mean 0
+    and std 1: R, or R / (1 + ε) under std normalisation (verl-agent's rule)."""
+    index, by_std, eps = rollouts.index, config.normalize_by_std, config.epsilon
+    if config.episode_stats == "trajectories":
+        values, codes = episode_returns(rollouts), index.traj_group
+        per_traj, single, const = normalize_in_groups(values, codes, index.n_groups, by_std, eps)
         adv = per_traj[index.row_traj]
     else:
-        row_group = index.traj_group[index.row_traj]
-        adv, single, const = normalize_in_groups(ret[index.row_traj], row_group, index.n_groups, normalize_by_std)
+        values = rollouts.row_return
+        if values is None:
+            values = episode_returns(rollouts)[index.row_traj]
+        codes = index.traj_group[index.row_traj]
+        adv, single, const = normalize_in_groups(values, codes, index.n_groups, by_std, eps)
+    if config.singleton_groups == "raw" and single:  # mean 0, std 1: the member's own value
+        own = values / (1.0 + eps) if by_std else values
+        row_member = index.row_traj if config.episode_stats == "trajectories" else np.arange(index.n_rows)
+        alone = (np.bincount(codes, minlength=index.n_groups) == 1)[codes][row_member]
+        adv[alone] = own[row_member[alone]]
     return adv, {"episode_singleton_groups": single, "episode_constant_groups": const}
 
 
 def step_advantage(
-    rollouts: Rollouts, returns_to_go: np.ndarray, normalize_by_std: bool
+    rollouts: Rollouts, returns_to_go: np.ndarray, normalize_by_std: bool, eps: float = EPS
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """A^S_t = norm(G_t) over the step group of the row (Eq. 7); singleton step groups give 0.
     Returns (A^S float64 [N], step-group size int64 [N], diagnostics)."""
@@ -259,12 +276,12 @@ def step_advantage(
             index.traj_group,
             index.group_walk[0],
             normalize_by_std,
-            EPS,
+            eps,
         )
         if done:  # (else codes shared between episode groups: the general pass below)
             diag = {"step_groups": n_codes, "step_singleton_groups": int(single), "step_constant_groups": int(const)}
             return adv, size, diag
-    adv, single, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std)
+    adv, single, const = normalize_in_groups(returns_to_go, codes, n_codes, normalize_by_std, eps)
     size = np.bincount(codes, minlength=n_codes)[codes]
     diag = {"step_groups": n_codes, "step_singleton_groups": single, "step_constant_groups": const}
     return adv, size.astype(np.int64, copy=False), diag
@@ -302,7 +319,7 @@ def gaca_blend(z: np.ndarray, gigpo: Advantages, config: AdvantagesConfig) -> tu
 def grpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
     """GRPO: A_t = A^E(τ) = norm(R(τ)) over the group's trajectories (Eq. 3); A^S = 0."""
     rtg = discounted_returns(rollouts.reward, rollouts.index, config.gamma)
-    adv_e, diag = episode_advantage(rollouts, config.normalize_by_std, config.episode_stats)
+    adv_e, diag = episode_advantage(rollouts, config)
     return Advantages(
         advantage=adv_e.copy(),
         return_to_go=rtg,
@@ -315,8 +332,8 @@ def grpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
 def gigpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
     """GiGPO: A_t = A^E(τ) + ω·A^S_t (Eq. 8), with A^S_t = norm(G_t) over the step group."""
     rtg = discounted_returns(rollouts.reward, rollouts.index, config.gamma)
-    adv_e, diag = episode_advantage(rollouts, config.normalize_by_std, config.episode_stats)
-    adv_s, size, step_diag = step_advantage(rollouts, rtg, config.normalize_by_std)
+    adv_e, diag = episode_advantage(rollouts, config)
+    adv_s, size, step_diag = step_advantage(rollouts, rtg, config.normalize_by_std, config.epsilon)
     return Advantages(
         advantage=adv_e + config.step_weight * adv_s,
         return_to_go=rtg,

@@ -121,7 +121,9 @@ def step_groups(log: Log, index: TrajectoryIndex, config: AdvantagesConfig) -> n
     anchors = anchors_of(log, name)
     if config.anchor_similarity is None:
         return step_group_codes(index, anchors)
-    return similarity_key_codes(index, anchors, config.anchor_similarity)
+    return similarity_key_codes(
+        index, anchors, config.anchor_similarity, config.similarity_metric, config.similarity_order
+    )
 
 
 def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:

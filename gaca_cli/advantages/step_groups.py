@@ -120,57 +120,80 @@ def _exact_fraction(threshold: float) -> Fraction:
     return Fraction(repr(float(threshold)))
 
 
-def cluster_anchors(texts: list[str], threshold: float) -> list[int]:
+def cluster_anchors(texts: list[str], threshold: float, metric: str = "lcs", order: str = "sorted") -> list[int]:
     """Greedy clustering of the distinct anchor texts of one episode group.
 
-    Texts are visited in sorted order; each joins the first existing cluster whose
+    Texts are visited in sorted order (order="sorted"), or in the order given (order="rows":
+    the caller passes them by first appearance); each joins the first existing cluster whose
     representative (its first member) has similarity ≥ threshold, else founds a new one.
-    The test is exact, in integers: with d the Indel distance (|a| + |b| − 2·LCS) and
-    n = |a| + |b|, similarity ≥ θ ⇔ (n − d)·q ≥ p·n for θ = p/q.
-    Returns, for each text in `texts` (any order), the index of its cluster in founding order.
+    The test is exact, in integers, for θ = p/q:
+      metric="lcs":     with d the Indel distance (|a| + |b| − 2·LCS) and n = |a| + |b|,
+                        similarity ≥ θ ⇔ (n − d)·q ≥ p·n;
+      metric="difflib": difflib's SequenceMatcher(None, text, representative).ratio() = 2M/n,
+                        M its matched characters (autojunk as difflib's default; the ratio is
+                        not symmetric, so the newcomer comes first, as in verl-agent), so
+                        similarity ≥ θ ⇔ 2M·q ≥ p·n; two empty texts have ratio 1.
+    Returns, for each text in `texts`, the index of its cluster in founding order.
     """
-    from rapidfuzz import process  # imported on use: only --anchor-similarity needs it
-    from rapidfuzz.distance import Indel
-
     theta = _exact_fraction(threshold)
     p, q = theta.numerator, theta.denominator
-    order = sorted(range(len(texts)), key=lambda i: texts[i])
+    visit = sorted(range(len(texts)), key=lambda i: texts[i]) if order == "sorted" else range(len(texts))
+    similar = _lcs_hits if metric == "lcs" else _difflib_hits
     reps: list[str] = []
-    rep_len = np.zeros(0, dtype=np.int64)
     cluster = [0] * len(texts)
-    for i in order:
+    for i in visit:
         text = texts[i]
-        found = -1
-        if reps:
-            dist = process.cdist([text], reps, scorer=Indel.distance, dtype=np.int64)[0]
-            total = rep_len + len(text)
-            hits = np.flatnonzero((total - dist) * q >= p * total)
-            if len(hits):
-                found = int(hits[0])
+        found = similar(text, reps, p, q) if reps else -1
         if found < 0:
             reps.append(text)
-            rep_len = np.append(rep_len, len(text))
             found = len(reps) - 1
         cluster[i] = found
     return cluster
 
 
-def similarity_key_codes(index: TrajectoryIndex, anchors: Anchors, threshold: float) -> np.ndarray:
+def _lcs_hits(text: str, reps: list[str], p: int, q: int) -> int:
+    """The first representative whose 2·LCS/(|a|+|b|) with `text` is ≥ p/q, or −1."""
+    from rapidfuzz import process  # imported on use: only --anchor-similarity needs it
+    from rapidfuzz.distance import Indel
+
+    dist = process.cdist([text], reps, scorer=Indel.distance, dtype=np.int64)[0]
+    total = np.fromiter((len(r) for r in reps), dtype=np.int64, count=len(reps)) + len(text)
+    hits = np.flatnonzero((total - dist) * q >= p * total)
+    return int(hits[0]) if len(hits) else -1
+
+
+def _difflib_hits(text: str, reps: list[str], p: int, q: int) -> int:
+    """The first representative whose SequenceMatcher(None, text, rep).ratio() is ≥ p/q, or −1."""
+    from difflib import SequenceMatcher
+
+    for k, rep in enumerate(reps):
+        total = len(text) + len(rep)
+        matched = sum(block.size for block in SequenceMatcher(None, text, rep).get_matching_blocks())
+        if total == 0 or 2 * matched * q >= p * total:
+            return k
+    return -1
+
+
+def similarity_key_codes(
+    index: TrajectoryIndex, anchors: Anchors, threshold: float, metric: str = "lcs", order: str = "sorted"
+) -> np.ndarray:
     """Like `step_group_codes`, but anchors of an episode group whose similarity to a
-    cluster's representative is ≥ threshold share that cluster (see `cluster_anchors`); codes
-    per row, numbered by first appearance in canonical order (see `first_appearance_codes`)."""
+    cluster's representative is ≥ threshold share that cluster (see `cluster_anchors`; with
+    order="rows" each group's distinct anchors are visited by their first row in the file);
+    codes per row, numbered by first appearance in canonical order (see
+    `first_appearance_codes`)."""
     exact = step_group_codes(index, anchors)
     k = int(exact.max()) + 1
-    rep_row = np.empty(k, dtype=np.int64)
-    rep_row[exact] = np.arange(len(exact), dtype=np.int64)
+    rep_row = np.full(k, len(exact), dtype=np.int64)
+    np.minimum.at(rep_row, exact, np.arange(len(exact), dtype=np.int64))  # each anchor's first row
     key_group = index.traj_group[index.row_traj[rep_row]]
     key_text = [str(t) for t in anchors.values(rep_row).to_pylist()]
     merged = np.empty(k, dtype=np.int64)
-    order = np.argsort(key_group, kind="stable")
-    bounds = np.flatnonzero(np.diff(key_group[order])) + 1
+    by_group = np.lexsort((rep_row, key_group))  # grouped, each group's anchors by first row
+    bounds = np.flatnonzero(np.diff(key_group[by_group])) + 1
     next_code = 0
-    for members in np.split(order, bounds):
-        clusters = cluster_anchors([key_text[m] for m in members], threshold)
+    for members in np.split(by_group, bounds):
+        clusters = cluster_anchors([key_text[m] for m in members], threshold, metric, order)
         merged[members] = next_code + np.asarray(clusters, dtype=np.int64)
         next_code += max(clusters) + 1
     return first_appearance_codes(merged[exact], index.canonical_row_position)
