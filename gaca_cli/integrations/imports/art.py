@@ -1,0 +1,251 @@
+"""`--from art`: OpenPipe ART's trajectory files, one row per assistant turn.
+
+ART (openpipe-art 0.5.18, `art/model.py`, `Model.log`) writes each logged batch of
+`TrajectoryGroup`s to `<run>/trajectories/<split>/<step:04d>.parquet` with
+`art/utils/trajectory_logging.py` (`write_trajectory_groups_parquet`): one row per
+`Trajectory`, with `group_index` (the group's position in the batch), `reward`, `metrics`,
+`metadata` and `tools` as JSON text, `logs`, the group's `group_metadata`, `group_metrics`
+and `group_logs`, and `messages`, the whole chat as a list of
+`{role, content, tool_calls (JSON text), tool_call_id, trainable}` where `trainable` marks
+the policy's sampled turns (openai `Choice`s). Runs from before 0.5 wrote JSONL instead
+(`art/utils/trajectory_migration.py`, `serialize_trajectory_groups`): one line per group,
+`{"trajectories": [{reward, metrics, metadata, messages_and_choices, tools,
+additional_histories, logs}]}`, a `Choice` kept as `{finish_reason, index, message}`; both
+are read.
+
+A trajectory becomes one step per assistant turn (`base.split_chat`): its context is the chat
+before it. The trajectory's reward is its outcome: it goes on the last step, 0 before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    iter_jsonl,
+    iter_parquet_rows,
+    number,
+    split_chat,
+)
+
+INFO = FormatInfo(
+    name="art",
+    summary="OpenPipe ART trajectory files (trajectories/<split>/<step>.parquet, or the older .jsonl): one step per assistant turn",
+    suffixes=(".parquet", ".jsonl"),
+    carries="whole chats with tool calls, trajectory reward, group membership, metrics and metadata",
+    lacks="per-step rewards, anchors, token ids, log-probs (ART's files drop the Choices' logprobs)",
+    source="openpipe-art 0.5.18, art/utils/trajectory_logging.py (write_trajectory_groups_parquet, called by "
+    "art/model.py Model.log); art/utils/trajectory_migration.py (serialize_trajectory_groups, JSONL before 0.5)",
+    mapped={
+        "messages": "messages (jsonl: messages_and_choices) before each assistant turn",
+        "action": "each assistant turn: content, then its tool_calls as JSON",
+        "episode_reward": "reward",
+        "trainable": "messages[].trainable (jsonl: the turn is a Choice): the policy sampled it",
+        "finish_reason": "a Choice's finish_reason (jsonl only)",
+        "group_index": "group_index (jsonl: the line's position in the file)",
+        "extra": "metrics, metadata, tools, logs, group_metadata, group_metrics, group_logs, "
+        "additional_histories, the context's tool_call_ids",
+    },
+    derived={
+        "group_id": "FILE:g<group_index>: the trajectories of one TrajectoryGroup",
+        "traj_id": "FILE:g<group_index>/t<k>, k the trajectory's position in its group",
+        "step_idx": "the assistant turn's position in the chat",
+        "reward": "the trajectory's reward on its last step, 0 before",
+        "done": "true on the last assistant turn",
+        "split, training_step": "the file's place in ART's layout, trajectories/<split>/<step>.parquet",
+    },
+)
+
+#: the trajectory-level fields kept in `extra` (JSON text in the Parquet files, objects in JSONL)
+KEPT = ("metrics", "metadata", "tools", "logs", "group_metadata", "group_metrics", "group_logs")
+
+
+def _layout(path: Path) -> dict[str, Any]:
+    """`split` and `training_step` from ART's `trajectories/<split>/<step:04d>.<ext>` layout."""
+    if path.stem.isdigit() and path.parent.name:
+        return {"split": path.parent.name, "training_step": int(path.stem)}
+    return {}
+
+
+def _json_field(value: Any, path: Path, where: str, key: str) -> Any:
+    """A field ART's Parquet writer stored as JSON text (None and "" when it was empty)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise SourceError(path, where, key, f"must be JSON text, got {type(value).__name__}")
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise SourceError(path, where, key, f"not valid JSON ({exc.msg})") from None
+
+
+def _parquet_message(m: Any, path: Path, where: str) -> dict[str, Any]:
+    """A flattened Parquet message back to a chat message (tool_calls parsed), plus `trainable`."""
+    if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+        raise SourceError(path, where, "messages", "each message needs a string 'role'")
+    content = m.get("content")
+    if content is not None and not isinstance(content, str):
+        raise SourceError(path, where, "messages", f"a message's content must be text, got {type(content).__name__}")
+    message: dict[str, Any] = {"role": m["role"], "content": content, "trainable": bool(m.get("trainable"))}
+    calls = _json_field(m.get("tool_calls"), path, where, "messages")
+    if calls:
+        message["tool_calls"] = calls
+    if m.get("tool_call_id"):
+        message["tool_call_id"] = m["tool_call_id"]
+    return message
+
+
+def _jsonl_message(m: Any, path: Path, where: str) -> dict[str, Any]:
+    """A `messages_and_choices` item: a Choice (`{finish_reason, index, message}`) or a message."""
+    if not isinstance(m, Mapping):
+        raise SourceError(path, where, "messages_and_choices", f"each item must be an object, got {type(m).__name__}")
+    if "message" in m:
+        inner = m["message"]
+        if not isinstance(inner, Mapping):
+            raise SourceError(path, where, "messages_and_choices", "a Choice's 'message' must be an object")
+        rest = {k: v for k, v in inner.items() if k not in ("role", "content", "tool_calls") and v is not None}
+        message = {
+            "role": inner.get("role") or "assistant",
+            "content": inner.get("content"),
+            "trainable": True,
+            "finish_reason": m.get("finish_reason"),
+        }
+        if inner.get("tool_calls"):
+            message["tool_calls"] = inner["tool_calls"]
+        if rest:
+            message["message_fields"] = rest
+        return message
+    if not isinstance(m.get("role"), str):
+        raise SourceError(path, where, "messages_and_choices", "each message needs a string 'role'")
+    return {**m, "trainable": False}
+
+
+def _steps(
+    messages: list[dict[str, Any]],
+    reward: float,
+    ids: tuple[str, str],
+    columns: dict[str, Any],
+    extra: dict[str, Any],
+    path: Path,
+    where: str,
+    field: str,
+) -> Iterator[dict[str, Any]]:
+    turns = list(split_chat(messages))
+    if not turns:
+        raise SourceError(path, where, field, "has no assistant turn (nothing the policy did)")
+    group_id, traj_id = ids
+    tool_call_ids: list[str] = []
+    seen = 0
+    for i, (context, action, message) in enumerate(turns):
+        # the ids of the tool results in this turn's context (the context keeps role and content only)
+        for m in messages[seen : len(context)]:
+            if m.get("tool_call_id"):
+                tool_call_ids.append(str(m["tool_call_id"]))
+        seen = len(context)
+        last = i == len(turns) - 1
+        row: dict[str, Any] = {
+            "group_id": group_id,
+            "traj_id": traj_id,
+            "step_idx": i,
+            "reward": reward if last else 0.0,
+            "episode_reward": reward,
+            "done": last,
+            "messages": context,
+            "action": action,
+            "trainable": message["trainable"],
+            **columns,
+        }
+        if "finish_reason" in message:
+            row["finish_reason"] = message["finish_reason"]
+        step_extra = dict(extra)
+        if tool_call_ids:
+            step_extra["tool_call_ids"] = list(tool_call_ids)
+        if message.get("message_fields"):
+            step_extra["message_fields"] = message["message_fields"]
+        if step_extra:
+            row["extra"] = step_extra
+        yield row
+
+
+def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
+    layout = _layout(path)
+    in_group: dict[int, int] = {}
+    for row_number, record in iter_parquet_rows(path):
+        where = f"row {row_number}"
+        if record.get("reward") is None and record.get("messages") is None:
+            continue  # ART's own reader skips such rows (an empty batch's placeholder)
+        group = record.get("group_index")
+        if isinstance(group, bool) or not isinstance(group, int):
+            raise SourceError(path, where, "group_index", f"must be an integer, got {group!r:.40}")
+        if record.get("reward") is None:
+            raise SourceError(path, where, "reward", "missing")
+        reward = number(record["reward"], path, where, "reward")
+        raw = record.get("messages")
+        if not isinstance(raw, list):
+            raise SourceError(path, where, "messages", "must be a list of messages")
+        messages = [_parquet_message(m, path, where) for m in raw]
+        k = in_group.get(group, 0)
+        in_group[group] = k + 1
+        extra: dict[str, Any] = {}
+        for key in KEPT:
+            value = record.get(key)
+            if key in ("logs", "group_logs"):
+                if value:
+                    extra[key] = list(value)
+            else:
+                parsed = _json_field(value, path, where, key)
+                if parsed:
+                    extra[key] = parsed
+        ids = (f"{path}:g{group}", f"{path}:g{group}/t{k}")
+        yield from _steps(messages, reward, ids, {"group_index": group, **layout}, extra, path, where, "messages")
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    layout = _layout(path)
+    for group, (line, record) in enumerate(iter_jsonl(path)):
+        where = f"line {line}"
+        if not isinstance(record, Mapping) or not isinstance(record.get("trajectories"), list):
+            raise SourceError(path, where, "trajectories", "missing (a line is one group: {'trajectories': [...]})")
+        group_fields = {key: value for key, value in record.items() if key != "trajectories"}
+        for k, trajectory in enumerate(record["trajectories"]):
+            here = f"{where}, trajectory {k}"
+            if not isinstance(trajectory, Mapping):
+                raise SourceError(path, here, None, f"expected an object, got {type(trajectory).__name__}")
+            if trajectory.get("reward") is None:
+                raise SourceError(path, here, "reward", "missing")
+            reward = number(trajectory["reward"], path, here, "reward")
+            raw = trajectory.get("messages_and_choices")
+            if not isinstance(raw, list):
+                raise SourceError(path, here, "messages_and_choices", "must be a list of messages and choices")
+            messages = [_jsonl_message(m, path, here) for m in raw]
+            extra = {key: trajectory[key] for key in KEPT if trajectory.get(key)}
+            if trajectory.get("additional_histories"):
+                extra["additional_histories"] = trajectory["additional_histories"]
+            extra.update(
+                {
+                    key: value
+                    for key, value in trajectory.items()
+                    if key not in (*KEPT, "reward", "messages_and_choices", "additional_histories")
+                }
+            )
+            if group_fields:
+                extra["group_fields"] = group_fields
+            ids = (f"{path}:g{group}", f"{path}:g{group}/t{k}")
+            columns = {"group_index": group, **layout}
+            yield from _steps(messages, reward, ids, columns, extra, path, here, "messages_and_choices")
+
+
+def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
+    """One row per assistant turn of every trajectory, file by file (Parquet by record batches,
+    JSONL line by line)."""
+    for path in files:
+        if path.suffix == ".jsonl":
+            yield from _read_jsonl(path)
+        else:
+            yield from _read_parquet(path)
