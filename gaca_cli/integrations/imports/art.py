@@ -62,6 +62,9 @@ INFO = FormatInfo(
     },
 )
 
+#: the metrics log `Model.log` writes in the model directory, next to `trajectories/`
+HISTORY = "history.jsonl"
+
 #: the trajectory-level fields kept in `extra` (JSON text in the Parquet files, objects in JSONL)
 KEPT = ("metrics", "metadata", "tools", "logs", "group_metadata", "group_metrics", "group_logs")
 
@@ -243,8 +246,11 @@ def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     """One row per assistant turn of every trajectory, file by file (Parquet by record batches,
-    JSONL line by line)."""
+    JSONL line by line). ART's `history.jsonl` (aggregate metrics, beside `trajectories/`) is
+    not a trajectory file and is passed over."""
     for path in files:
+        if path.name == HISTORY:
+            continue
         if path.suffix == ".jsonl":
             yield from _read_jsonl(path)
         else:

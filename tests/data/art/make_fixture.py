@@ -56,7 +56,11 @@ def choice(content: str | None, tool_call: tuple[str, str, str] | None = None) -
     calls = None
     if tool_call is not None:
         call_id, name, arguments = tool_call
-        calls = [ChatCompletionMessageToolCall(id=call_id, type="function", function=Function(name=name, arguments=arguments))]
+        calls = [
+            ChatCompletionMessageToolCall(
+                id=call_id, type="function", function=Function(name=name, arguments=arguments)
+            )
+        ]
     return Choice(
         finish_reason="tool_calls" if calls else "stop",
         index=0,

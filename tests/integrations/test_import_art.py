@@ -1,0 +1,248 @@
+"""`--from art`: the rows read from files openpipe-art 0.5.18 wrote (tests/data/art/), checked
+value by value against the files read here with pyarrow and json, and the command end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gaca_cli.cli import app
+from gaca_cli.errors import GacaError
+from gaca_cli.integrations.imports import art
+from gaca_cli.integrations.imports.base import ImportOptions
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "art"
+TRAIN = DATA / "trajectories" / "train" / "0000.parquet"
+VAL = DATA / "trajectories" / "val" / "0001.parquet"
+LEGACY = DATA / "legacy" / "trajectories" / "train" / "0000.jsonl"
+runner = CliRunner()
+
+
+def read(*files: Path) -> list[dict]:
+    return list(art.read(list(files), ImportOptions()))
+
+
+def expected_action(content: str | None, tool_calls: list | None) -> str:
+    """An assistant turn as gaca's action: its text, then its tool calls as sorted JSON."""
+    text = content or ""
+    if tool_calls:
+        calls = json.dumps(tool_calls, sort_keys=True)
+        text = f"{text}\n{calls}" if text else calls
+    return text
+
+
+def expected_steps(messages: list[dict]) -> list[tuple[list[dict], str, bool]]:
+    """(context, action, trainable) per assistant turn, from ART's flattened messages."""
+    steps, context = [], []
+    for m in messages:
+        calls = json.loads(m["tool_calls"]) if m["tool_calls"] else None
+        if m["role"] == "assistant":
+            action = expected_action(m["content"], calls)
+            steps.append((list(context), action, m["trainable"]))
+            context.append({"role": "assistant", "content": action})
+        else:
+            context.append({"role": m["role"], "content": m["content"] or ""})
+    return steps
+
+
+def test_every_value_of_the_parquet_files():
+    for path in (TRAIN, VAL):
+        records = pq.read_table(path).to_pylist()
+        rows = read(path)
+        by_traj: dict[str, list[dict]] = {}
+        for row in rows:
+            by_traj.setdefault(row["traj_id"], []).append(row)
+        assert len(by_traj) == len(records)
+        seen_in_group: dict[int, int] = {}
+        for record in records:
+            g = record["group_index"]
+            k = seen_in_group.get(g, 0)
+            seen_in_group[g] = k + 1
+            steps = by_traj[f"{path}:g{g}/t{k}"]
+            want = expected_steps(record["messages"])
+            assert [s["step_idx"] for s in steps] == list(range(len(want)))
+            for i, (row, (context, action, trainable)) in enumerate(zip(steps, want)):
+                last = i == len(want) - 1
+                assert row["group_id"] == f"{path}:g{g}"
+                assert row["messages"] == context
+                assert row["action"] == action
+                assert row["trainable"] is trainable
+                assert row["reward"] == (record["reward"] if last else 0.0)
+                assert row["episode_reward"] == record["reward"]
+                assert row["done"] is last
+                assert row["group_index"] == g
+                assert row["split"] == path.parent.name
+                assert row["training_step"] == int(path.stem)
+                extra = row.get("extra", {})
+                for key in ("metrics", "metadata", "tools", "group_metadata", "group_metrics"):
+                    assert extra.get(key) == (json.loads(record[key]) if record[key] else None)
+                for key in ("logs", "group_logs"):
+                    assert extra.get(key) == (record[key] or None)
+                ids = [m["tool_call_id"] for m in record["messages"][: len(context)] if m["tool_call_id"]]
+                assert extra.get("tool_call_ids") == (ids or None)
+
+
+def test_the_fixture_has_what_the_tests_rely_on():
+    """Tool calls, a tool result, a hand-written (non-trainable) assistant turn, group fields."""
+    rows = read(TRAIN)
+    assert len(rows) == 11
+    assert {r["traj_id"] for r in rows} == {f"{TRAIN}:g0/t0", f"{TRAIN}:g0/t1", f"{TRAIN}:g1/t0", f"{TRAIN}:g1/t1"}
+    assert (
+        rows[0]["action"] == '[{"function": {"arguments": "{}", "name": "look"}, "id": "call_0", "type": "function"}]'
+    )
+    assert rows[1]["messages"][-1] == {"role": "tool", "content": "A hall. A key lies on the floor."}
+    assert rows[1]["extra"]["tool_call_ids"] == ["call_0"]
+    few_shot = [r for r in rows if r["traj_id"] == f"{TRAIN}:g1/t0"]
+    assert [r["trainable"] for r in few_shot] == [False, True]
+    assert [r["action"] for r in few_shot] == ["wait", "go north"]
+    assert rows[0]["extra"]["group_metadata"] == {"task_id": "door-1"}
+    assert rows[0]["extra"]["group_logs"] == ["group door-1 done"]
+
+
+def test_the_legacy_jsonl_reads_as_the_parquet_file_of_the_same_groups():
+    """`serialize_trajectory_groups` (ART before 0.5) and `write_trajectory_groups_parquet` were
+    given the same groups: the rows agree on every gaca column (ids aside, which name the file)."""
+    columns = ("step_idx", "reward", "episode_reward", "done", "messages", "action", "trainable", "group_index")
+    old, new = read(LEGACY), read(TRAIN)
+    assert len(old) == len(new)
+    for a, b in zip(old, new):
+        assert {c: a[c] for c in columns} == {c: b[c] for c in columns}
+        assert a["traj_id"].removeprefix(str(LEGACY)) == b["traj_id"].removeprefix(str(TRAIN))
+        for key in ("metrics", "metadata", "tools", "logs", "tool_call_ids"):
+            assert a.get("extra", {}).get(key) == b.get("extra", {}).get(key)
+
+
+def test_every_value_of_the_legacy_jsonl():
+    lines = [json.loads(line) for line in LEGACY.read_text().splitlines() if line.strip()]
+    rows = read(LEGACY)
+    for g, group in enumerate(lines):
+        for k, trajectory in enumerate(group["trajectories"]):
+            steps = [r for r in rows if r["traj_id"] == f"{LEGACY}:g{g}/t{k}"]
+            turns = [m for m in trajectory["messages_and_choices"] if "message" in m or m["role"] == "assistant"]
+            assert len(steps) == len(turns)
+            for row, turn in zip(steps, turns):
+                message = turn.get("message", turn)
+                assert row["action"] == expected_action(message["content"], message.get("tool_calls"))
+                assert row["trainable"] is ("message" in turn)
+                assert row.get("finish_reason") == turn.get("finish_reason")
+                assert row["episode_reward"] == trajectory["reward"]
+                assert row["extra"]["metrics"] == trajectory["metrics"]
+            assert steps[-1]["reward"] == trajectory["reward"] and steps[-1]["done"]
+
+
+def test_history_jsonl_beside_the_trajectories_is_passed_over(tmp_path):
+    (tmp_path / "history.jsonl").write_text('{"train/reward": 0.5, "step": 0}\n')
+    assert read(tmp_path / "history.jsonl") == []
+
+
+def test_a_file_outside_arts_layout_has_no_split(tmp_path):
+    copy = tmp_path / "batch.parquet"
+    shutil.copy(TRAIN, copy)
+    rows = read(copy)
+    assert "split" not in rows[0] and "training_step" not in rows[0]
+    assert rows[0]["group_id"] == f"{copy}:g0"
+
+
+def _bad_parquet(tmp_path: Path, column: str, values: list) -> Path:
+    table = pq.read_table(TRAIN)
+    index = table.schema.get_field_index(column)
+    table = table.set_column(index, column, pa.array(values, type=table.schema.field(column).type))
+    path = tmp_path / "0000.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("column", "change", "message"),
+    [
+        ("reward", lambda v: [v[0], None, *v[2:]], "row 1: field 'reward': missing"),
+        ("metrics", lambda v: [v[0], v[1], "{not json", *v[3:]], "row 2: field 'metrics': not valid JSON"),
+        ("group_index", lambda v: [None, *v[1:]], "row 0: field 'group_index': must be an integer"),
+    ],
+)
+def test_a_bad_parquet_row_names_file_row_and_field(tmp_path, column, change, message):
+    values = pq.read_table(TRAIN).column(column).to_pylist()
+    path = _bad_parquet(tmp_path, column, change(values))
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_a_trajectory_without_an_assistant_turn_is_an_error(tmp_path):
+    table = pq.read_table(TRAIN)
+    messages = table.column("messages").to_pylist()
+    messages[3] = [m for m in messages[3] if m["role"] != "assistant"]
+    path = _bad_parquet(tmp_path, "messages", messages)
+    with pytest.raises(GacaError, match=r"row 3: field 'messages': has no assistant turn"):
+        read(path)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "line 2: not valid JSON"),
+        ('{"groups": []}', "line 2: field 'trajectories': missing"),
+        ('{"trajectories": [{"messages_and_choices": []}]}', "line 2, trajectory 0: field 'reward': missing"),
+        (
+            '{"trajectories": [{"reward": "high", "messages_and_choices": []}]}',
+            "line 2, trajectory 0: field 'reward': must be a number",
+        ),
+        (
+            '{"trajectories": [{"reward": 1, "messages_and_choices": {}}]}',
+            "line 2, trajectory 0: field 'messages_and_choices': must be a list",
+        ),
+        (
+            '{"trajectories": [{"reward": 1, "messages_and_choices": [{"role": "user", "content": "hi"}]}]}',
+            "line 2, trajectory 0: field 'messages_and_choices': has no assistant turn",
+        ),
+    ],
+)
+def test_a_bad_jsonl_line_names_file_line_and_field(tmp_path, line, message):
+    path = tmp_path / "0000.jsonl"
+    path.write_text(LEGACY.read_text().splitlines()[0] + "\n" + line + "\n")
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+# --- the command end to end -------------------------------------------------------------
+
+
+def test_gaca_import_from_art_end_to_end(tmp_path):
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "art", str(DATA / "trajectories"), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["rows"] == 13 and summary["trajectories"] == 5 and summary["groups"] == 3
+    assert any("anchor" in line for line in summary["missing"])
+    table = pq.read_table(out)
+    got = table.to_pylist()
+    want = read(TRAIN, VAL)
+    assert len(got) == len(want)
+    for a, b in zip(
+        sorted(got, key=lambda r: (r["traj_id"], r["step_idx"])),
+        sorted(want, key=lambda r: (r["traj_id"], r["step_idx"])),
+    ):
+        for key in ("group_id", "traj_id", "step_idx", "reward", "episode_reward", "done", "messages", "action"):
+            assert a[key] == b[key]
+        assert json.loads(a["extra"]) == b.get("extra")
+    check = runner.invoke(app, ["validate", str(out)])
+    assert check.exit_code == 0, check.output
+
+
+def test_gaca_import_from_art_bad_input_writes_nothing(tmp_path):
+    bad = tmp_path / "0000.jsonl"
+    bad.write_text('{"trajectories": [{"reward": "x", "messages_and_choices": []}]}\n')
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "art", str(bad), "-o", str(out)])
+    assert res.exit_code == 1
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: {bad}: line 1, trajectory 0: field 'reward': must be a number, got \"x\""]
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [bad]
