@@ -196,3 +196,40 @@ def demo_report(summary: dict) -> Group:
     timing = "  ".join(f"{k} {v:.0f}s" for k, v in summary["seconds"].items())
     parts.append(Text(f"every file is in {summary['out']}  ·  {timing}", style="dim"))
     return Group(*parts)
+
+
+def import_summary(s: dict) -> Group:
+    """`gaca import`: what was written, and what was mapped, derived, kept and is missing."""
+    title = f"gaca import --from {s['format']}"
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    if "output" in s:
+        table.add_row("output", s["output"])
+    table.add_row(
+        "read",
+        f"{s['files']:,} file(s): {s['rows']:,} steps, {s['trajectories']:,} trajectories, {s['groups']:,} episode groups",
+    )
+    for column, source in s["mapped"].items():
+        table.add_row(f"{column}", f"from {source}")
+    for column, how in s["derived"].items():
+        table.add_row(f"{column}", f"derived: {how}")
+    if s["kept"]:
+        table.add_row("kept as they are", ", ".join(s["kept"]))
+    parts: list = [table]
+    for note in s["missing"]:
+        parts.append(Text(f"missing: {note}", style="yellow"))
+    warn = _warnings_table(s.get("warnings", {}))
+    if warn is not None:
+        parts.append(warn)
+    return Group(*parts)
+
+
+def format_list(formats: list[dict]) -> Table:
+    """`gaca import --list`: one line per format."""
+    table = Table(show_header=True, box=None, pad_edge=False)
+    table.add_column("--from", style="bold")
+    table.add_column("what it reads")
+    for f in formats:
+        table.add_row(f["name"], f["summary"])
+    return table

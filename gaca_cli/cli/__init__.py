@@ -12,6 +12,7 @@ from gaca_cli.cli.app import app
 
 # Importing a command module registers its command. Order = order in `gaca --help`.
 # isort: off
+from gaca_cli.cli import cmd_import as _cmd_import  # noqa: F401
 from gaca_cli.cli import cmd_validate as _cmd_validate  # noqa: F401
 from gaca_cli.cli import cmd_advantages as _cmd_advantages  # noqa: F401
 from gaca_cli.cli import cmd_score as _cmd_score  # noqa: F401

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from gaca_cli.cli.app import app
+from gaca_cli.cli.cmd_import import ForOption, FromOption, RewardWeightsOption, check_command
 from gaca_cli.cli.common import JsonOption, MapOption, column_map, show_summary, user_errors
 
 
@@ -14,29 +15,27 @@ from gaca_cli.cli.common import JsonOption, MapOption, column_map, show_summary,
 def validate(
     logs: list[Path] = typer.Argument(..., metavar="LOG...", help="Parquet files, globs or directories."),
     column_maps: list[str] = MapOption,
-    command: str = typer.Option(
-        "validate",
-        "--for",
-        help="Also check the columns a command needs: advantages:grpo, advantages:gigpo, advantages:gaca, "
-        "score, train-offline, inspect.",
-    ),
+    source_format: str | None = FromOption,
+    reward_weights: str | None = RewardWeightsOption,
+    command: str = ForOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Check a log against the schema: print every broken rule and the warnings' counts.
 
-    Exit 0 when the log is clean, 1 when a rule is broken.
+    Exit 0 when the log is clean, 1 when a rule is broken. With --from FORMAT the source is
+    a framework's own log (as for `gaca import`): it is imported and checked, nothing is written.
 
     Example: gaca validate logs/ --map group_id=uid --for advantages:gaca
     """
     from gaca_cli.log.checks import inspect_log
     from gaca_cli.log.io import read_log
-    from gaca_cli.log.schema import COMMAND_NEEDS
-    from gaca_cli.render import validation_report
 
-    if command not in COMMAND_NEEDS:
-        raise typer.BadParameter(
-            f"unknown command {command!r}; use one of {', '.join(COMMAND_NEEDS)}", param_hint="'--for'"
-        )
+    check_command(command)
+    if source_format is not None:
+        _validate_source(logs, source_format, column_maps, reward_weights, command, as_json)
+        return
+    if reward_weights is not None:
+        raise typer.BadParameter("only --from trl has reward weights", param_hint="'--reward-weights'")
     with user_errors():
         log = read_log(logs, column_map(column_maps))
         result = inspect_log(log, command)
@@ -50,6 +49,43 @@ def validate(
         ],
         "warnings": result.warnings,
     }
+    _report(report, as_json)
+
+
+def _report(report: dict, as_json: bool) -> None:
+    from gaca_cli.render import validation_report
+
     show_summary(report, validation_report, as_json=as_json)
-    if result.violations:
+    if not report["ok"]:
         raise typer.Exit(1)
+
+
+def _validate_source(
+    sources: list[Path],
+    source_format: str,
+    field_maps: list[str],
+    reward_weights: str | None,
+    command: str,
+    as_json: bool,
+) -> None:
+    """`validate --from`: import into a temporary file, check, delete."""
+    from gaca_cli.cli.cmd_import import check_format, import_options
+    from gaca_cli.integrations.imports.core import run_import
+
+    source_format = check_format(source_format)
+    options = import_options(source_format, field_maps, reward_weights)
+    with user_errors():
+        result = run_import(source_format, sources, None, options, command)
+    s = result.summary
+    report = {
+        "source": f"{', '.join(map(str, sources))} (--from {source_format})",
+        "rows": s["rows"],
+        "ok": not result.violations,
+        "violations": [
+            {"file": v.file, "column": v.column, "rule": v.rule, "rows": list(v.rows), "n_rows": v.n_rows}
+            for v in result.violations
+        ],
+        "warnings": s["warnings"],
+        "missing": s["missing"],
+    }
+    _report(report, as_json)

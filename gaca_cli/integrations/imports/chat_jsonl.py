@@ -1,0 +1,223 @@
+"""`--from chat-jsonl`: the generic case every home-grown loop can write.
+
+One JSON object per line, of either kind (a file may mix them):
+
+- a **trajectory** record: `messages`, the whole chat in OpenAI format (assistant turns
+  included), and its reward(s); it becomes one step per assistant turn, whose context is
+  everything before it;
+- a **step** record: the context (`messages` up to, not including, the policy's turn, or a
+  `prompt` string) and the `action` text; `traj_id` ties the steps of one rollout together.
+
+The field names are gaca's; `--map FIELD=SOURCE` reads another name (e.g. `--map reward=score`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    iter_jsonl,
+    number,
+    split_chat,
+    text_of,
+)
+
+FIELDS = (
+    "group_id",
+    "traj_id",
+    "step_idx",
+    "messages",
+    "prompt",
+    "action",
+    "reward",
+    "rewards",
+    "episode_reward",
+    "anchor_obs",
+    "done",
+)
+
+INFO = FormatInfo(
+    name="chat-jsonl",
+    summary="one JSON line per step or per trajectory: OpenAI-format messages, reward(s), ids (--map renames fields)",
+    suffixes=(".jsonl",),
+    carries="chat messages or prompt + action, rewards (outcome or per turn), ids; anchors when logged",
+    lacks="whatever the loop did not log; group ids are derived from the task prompt when absent",
+    source="gaca's own generic format (docs/formats/chat-jsonl.md)",
+    mapped={
+        "group_id": "group_id; when absent, a hash of the chat before the first assistant turn (the task)",
+        "traj_id": "traj_id; when absent (trajectory records), FILE:LINE",
+        "step_idx": "step_idx; when absent, the assistant turn's position or the step's order in its traj_id",
+        "messages": "messages: for a whole chat, everything before each assistant turn",
+        "prompt": "prompt (step records)",
+        "action": "each assistant turn (its text, then its tool calls as JSON), or action (step records)",
+        "reward": "rewards[i] per assistant turn, or reward on the last turn (0 before it)",
+        "episode_reward": "episode_reward, or the trajectory's reward (the sum of rewards)",
+        "anchor_obs": "anchor_obs (a list, one per assistant turn, in trajectory records)",
+        "done": "done (step records)",
+    },
+    derived={"done": "whole chats: true on the last assistant turn (unless the record says done: false)"},
+)
+
+
+def _field(options: ImportOptions, name: str) -> str:
+    return options.field_map.get(name, name)
+
+
+def _id(value: Any, path: Path, where: str, key: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise SourceError(path, where, key, f"must be a string or an integer, got {value!r:.40}")
+    return str(value)
+
+
+def _rest(record: Mapping[str, Any], used: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record's other fields: scalars as their own columns, nested values in `extra`."""
+    own: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in record.items():
+        if key in used:
+            continue
+        if value is None or isinstance(value, (str, int, float, bool)):
+            own[key] = value
+        else:
+            extra[key] = value
+    return own, extra
+
+
+def _with_rest(row: dict[str, Any], own: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`row` plus the record's other fields; one whose name the row already uses (a field read
+    under another name with --map) goes in `extra`."""
+    clashes = {key: value for key, value in own.items() if key in row}
+    row.update({key: value for key, value in own.items() if key not in row})
+    extra = {**extra, **clashes}
+    if extra:
+        row["extra"] = extra
+    return row
+
+
+def _messages(value: Any, path: Path, where: str, key: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(m, Mapping) and "role" in m for m in value):
+        raise SourceError(path, where, key, "must be a list of chat messages ({'role': ..., 'content': ...})")
+    return value
+
+
+def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: ImportOptions) -> Iterator[dict]:
+    where = f"line {line}"
+    f = {name: _field(options, name) for name in FIELDS}
+    messages = _messages(record[f["messages"]], path, where, f["messages"])
+    turns = list(split_chat(messages))
+    if not turns:
+        raise SourceError(path, where, f["messages"], "has no assistant turn (nothing the policy did)")
+    n = len(turns)
+    rewards = record.get(f["rewards"])
+    if rewards is not None:
+        if not isinstance(rewards, list) or len(rewards) != n:
+            raise SourceError(path, where, f["rewards"], f"must be a list of {n} numbers (one per assistant turn)")
+        step_rewards = [number(r, path, where, f["rewards"]) for r in rewards]
+        outcome = sum(step_rewards)
+    elif record.get(f["reward"]) is not None:
+        outcome = number(record[f["reward"]], path, where, f["reward"])
+        step_rewards = [0.0] * (n - 1) + [outcome]
+    else:
+        raise SourceError(path, where, f["reward"], f"missing (give `{f['reward']}` or `{f['rewards']}`)")
+    episode = record.get(f["episode_reward"])
+    episode_reward = outcome if episode is None else number(episode, path, where, f["episode_reward"])
+    anchors = record.get(f["anchor_obs"])
+    if anchors is not None and (not isinstance(anchors, list) or len(anchors) != n):
+        raise SourceError(path, where, f["anchor_obs"], f"must be a list of {n} strings (one per assistant turn)")
+    traj = record.get(f["traj_id"])
+    traj_id = f"{path}:{line}" if traj is None else _id(traj, path, where, f["traj_id"])
+    group = record.get(f["group_id"])
+    if group is None:
+        task = repr([(m.get("role"), text_of(m.get("content"))) for m in turns[0][0]])
+        group_id = hashlib.blake2b(task.encode("utf-8"), digest_size=8).hexdigest()
+    else:
+        group_id = _id(group, path, where, f["group_id"])
+    done = record.get(f["done"], True)
+    if not isinstance(done, bool):
+        raise SourceError(path, where, f["done"], f"must be true or false, got {done!r:.40}")
+    own, extra = _rest(record, set(f.values()))
+    for i, (context, action, _message) in enumerate(turns):
+        row = {
+            "group_id": group_id,
+            "traj_id": traj_id,
+            "step_idx": i,
+            "reward": step_rewards[i],
+            "episode_reward": episode_reward,
+            "done": done and i == n - 1,
+            "messages": context,
+            "action": action,
+        }
+        if anchors is not None:
+            row["anchor_obs"] = text_of(anchors[i])
+        yield _with_rest(row, own, extra)
+
+
+def _step(
+    record: Mapping[str, Any], path: Path, line: int, options: ImportOptions, counters: dict[str, int]
+) -> dict[str, Any]:
+    where = f"line {line}"
+    f = {name: _field(options, name) for name in FIELDS}
+    for key in ("traj_id", "group_id", "reward"):
+        if record.get(f[key]) is None:
+            raise SourceError(path, where, f[key], "missing (a step record needs traj_id, group_id and reward)")
+    traj_id = _id(record[f["traj_id"]], path, where, f["traj_id"])
+    row: dict[str, Any] = {
+        "group_id": _id(record[f["group_id"]], path, where, f["group_id"]),
+        "traj_id": traj_id,
+        "reward": number(record[f["reward"]], path, where, f["reward"]),
+        "action": text_of(record[f["action"]]),
+    }
+    step = record.get(f["step_idx"])
+    if step is None:
+        step = counters.get(traj_id, 0)
+        counters[traj_id] = step + 1
+    elif isinstance(step, bool) or not isinstance(step, int):
+        raise SourceError(path, where, f["step_idx"], f"must be an integer, got {step!r:.40}")
+    row["step_idx"] = step
+    if record.get(f["messages"]) is not None:
+        messages = _messages(record[f["messages"]], path, where, f["messages"])
+        row["messages"] = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in messages]
+    elif record.get(f["prompt"]) is not None:
+        row["prompt"] = text_of(record[f["prompt"]])
+    else:
+        raise SourceError(
+            path, where, f["messages"], f"missing (a step record needs `{f['messages']}` or `{f['prompt']}`)"
+        )
+    if record.get(f["episode_reward"]) is not None:
+        row["episode_reward"] = number(record[f["episode_reward"]], path, where, f["episode_reward"])
+    if record.get(f["anchor_obs"]) is not None:
+        row["anchor_obs"] = text_of(record[f["anchor_obs"]])
+    if record.get(f["done"]) is not None:
+        if not isinstance(record[f["done"]], bool):
+            raise SourceError(path, where, f["done"], f"must be true or false, got {record[f['done']]!r:.40}")
+        row["done"] = record[f["done"]]
+    own, extra = _rest(record, set(f.values()))
+    return _with_rest(row, own, extra)
+
+
+def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
+    """One row per step: trajectory records are split at their assistant turns."""
+    counters: dict[str, int] = {}
+    action = _field(options, "action")
+    messages = _field(options, "messages")
+    for path in files:
+        for line, record in iter_jsonl(path):
+            if not isinstance(record, Mapping):
+                raise SourceError(path, f"line {line}", None, f"expected a JSON object, got {type(record).__name__}")
+            if action in record:
+                yield _step(record, path, line, options, counters)
+            elif messages in record:
+                yield from _trajectory(record, path, line, options)
+            else:
+                raise SourceError(
+                    path,
+                    f"line {line}",
+                    messages,
+                    f"missing: a record needs `{messages}` (a whole chat) or `{action}` (one step)",
+                )

@@ -1,0 +1,301 @@
+"""Run an import: a format's rows streamed into a Parquet gaca log, checked like `gaca validate`,
+written atomically, and summarised (what was mapped, derived, kept and what is missing).
+
+Rows arrive as dicts (see `base.py` and docs/importing.md). They are gathered in batches of
+bounded size; each batch becomes an Arrow table with the schema's types for the columns gaca
+knows and inferred types for the others, and is written as one part file. At the end the parts
+are concatenated, batch by batch, under one schema that unifies them (a column a later batch
+introduces is null before it), so memory stays bounded by one batch whatever the source's size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gaca_cli.errors import GacaError
+from gaca_cli.integrations.imports import FORMATS, format_module
+from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, expand_sources
+
+# the Arrow type of every column the schema knows (docs/log-schema.md)
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.large_string())])
+KNOWN_TYPES: dict[str, pa.DataType] = {
+    "group_id": pa.string(),
+    "traj_id": pa.string(),
+    "step_idx": pa.int64(),
+    "reward": pa.float64(),
+    "episode_reward": pa.float64(),
+    "done": pa.bool_(),
+    "prompt": pa.large_string(),
+    "messages": pa.list_(MESSAGE),
+    "action": pa.large_string(),
+    "anchor_obs": pa.large_string(),
+    "anchor_key": pa.string(),
+    "prompt_token_ids": pa.list_(pa.int32()),
+    "action_token_ids": pa.list_(pa.int32()),
+    "behavior_logprobs": pa.list_(pa.float32()),
+}
+TEXT_FIELDS = ("prompt", "action", "anchor_obs", "extra")
+UNCHECKED = ("prompt", "messages", "action", "prompt_token_ids")  # no rule reads them
+EXTRA = "extra"
+
+#: a batch is written when it holds this many rows or about this many bytes of text
+BATCH_ROWS = 8192
+BATCH_BYTES = 64 << 20
+
+
+@dataclass
+class _Parts:
+    """The part files written so far and what they hold."""
+
+    directory: Path
+    files: list[Path] = field(default_factory=list)
+    schemas: list[pa.Schema] = field(default_factory=list)
+    rows: int = 0
+    order: dict[str, None] = field(default_factory=dict)  # column names in first-seen order
+
+
+def _row_label(row: Mapping[str, Any]) -> str:
+    return f"({row.get('traj_id')}, {row.get('step_idx')})"
+
+
+def _written_by_gaca() -> frozenset[str]:
+    from gaca_cli.log.schema import OUTPUT_COLUMNS
+
+    return frozenset(c.name for cols in OUTPUT_COLUMNS.values() for c in cols)
+
+
+def _normalise(row: dict[str, Any], reserved: frozenset[str]) -> tuple[dict[str, Any], int]:
+    """The row with `extra` as JSON text and a source field named like a column gaca writes
+    renamed `source_<name>` (the commands would replace it), and its approximate size in bytes."""
+    for key in [k for k in row if k in reserved]:
+        row[f"source_{key}"] = row.pop(key)
+    extra = row.get(EXTRA)
+    if extra is not None and not isinstance(extra, str):
+        row[EXTRA] = json.dumps(extra, sort_keys=True, default=str, ensure_ascii=False)
+    size = 64
+    for key in TEXT_FIELDS:
+        value = row.get(key)
+        if isinstance(value, str):
+            size += len(value)
+    messages = row.get("messages")
+    if messages:
+        size += sum(len(m.get("content") or "") for m in messages)
+    return row, size
+
+
+def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_name: str) -> pa.Array:
+    """One column of a batch: the schema's type for a known column, an inferred one otherwise."""
+    target = KNOWN_TYPES.get(name)
+    try:
+        return pa.array(values, type=target, from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        pass
+    # find the first value that does not fit, to name its row
+    first = next((v for v in values if v is not None), None)
+    for value, row in zip(values, rows):
+        if value is None:
+            continue
+        try:
+            pa.array([value], type=target) if target is not None else pa.array([first, value])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+            want = f"the schema's {target}" if target is not None else f"the type of its earlier values ({first!r:.40})"
+            raise GacaError(
+                f"the {format_name} source gives {value!r:.60} here, which does not fit {want}",
+                column=name,
+                rows=[_row_label(row)],
+            ) from None
+    raise GacaError(f"the {format_name} source's values cannot be stored in one column", column=name)
+
+
+def _batch_table(rows: list[dict[str, Any]], order: Mapping[str, None], format_name: str) -> pa.Table:
+    names = list(order)
+    arrays = [_column(name, [r.get(name) for r in rows], rows, format_name) for name in names]
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _write_part(parts: _Parts, rows: list[dict[str, Any]], format_name: str) -> None:
+    table = _batch_table(rows, parts.order, format_name)
+    path = parts.directory / f"part-{len(parts.files):06d}.parquet"
+    pq.write_table(table, path, compression="none")
+    parts.files.append(path)
+    parts.schemas.append(table.schema)
+    parts.rows += table.num_rows
+
+
+def _stream_parts(rows: Iterable[dict[str, Any]], parts: _Parts, format_name: str) -> None:
+    batch: list[dict[str, Any]] = []
+    size = 0
+    reserved = _written_by_gaca()
+    for row in rows:
+        row, n = _normalise(row, reserved)
+        for key in row:
+            if key not in parts.order:
+                parts.order[key] = None
+        batch.append(row)
+        size += n
+        if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
+            _write_part(parts, batch, format_name)
+            batch, size = [], 0
+    if batch:
+        _write_part(parts, batch, format_name)
+
+
+def _column_order(names: Iterable[str]) -> list[str]:
+    """gaca's columns first (in the schema's order), the source's own after them, `extra` last."""
+    names = list(names)
+    known = [n for n in KNOWN_TYPES if n in names]
+    rest = [n for n in names if n not in KNOWN_TYPES and n != EXTRA]
+    return known + rest + ([EXTRA] if EXTRA in names else [])
+
+
+def _unified_schema(parts: _Parts) -> pa.Schema:
+    try:
+        schema = pa.unify_schemas(parts.schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise GacaError(f"the source's values of one field have types that do not agree ({exc})") from None
+    return pa.schema([schema.field(n) for n in _column_order(schema.names)])
+
+
+def _merge(parts: _Parts, out: str, metadata: Mapping[str, str]) -> None:
+    schema = _unified_schema(parts)
+    schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
+    with pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=["group_id"]) as writer:
+        for path in parts.files:
+            table = pq.read_table(path)
+            columns = []
+            for f in schema:
+                if f.name in table.column_names:
+                    columns.append(table.column(f.name).cast(f.type))
+                else:
+                    columns.append(pa.nulls(table.num_rows, f.type))
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an import wrote (or, for `validate --from`, checked), and the summary's data."""
+
+    summary: dict[str, Any]
+    violations: list[GacaError]
+
+
+def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
+    """What the imported log lacks, and what that means for each command."""
+    have = set(columns)
+    notes = []
+    if not have & {"anchor_obs", "anchor_key"}:
+        notes.append(
+            "no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; "
+            "use --method grpo, or log anchor_obs"
+        )
+    if not have & {"prompt", "messages"} or "action" not in have:
+        notes.append("no prompt/messages or action text: gaca score and train-offline cannot run")
+    if "behavior_logprobs" not in have:
+        notes.append("no behavior_logprobs: gaca's criticality needs `gaca score` first")
+    if steps_per_traj <= 1:
+        notes.append("every trajectory is one step: gigpo's and gaca's step signal adds nothing over grpo")
+    return notes
+
+
+def run_import(
+    format_name: str,
+    sources: Sequence[str | os.PathLike],
+    out: Path | None,
+    options: ImportOptions,
+    command: str = "validate",
+) -> ImportResult:
+    """Import `sources` in format `format_name`; write the log to `out` (atomically), or, when
+    `out` is None, only check it. A source record that does not fit the format raises a
+    GacaError (nothing written); a broken schema rule is returned in `violations` (nothing
+    written either)."""
+    from gaca_cli.log.checks import inspect_log
+    from gaca_cli.log.io import atomic_path, read_log
+
+    if format_name not in FORMATS:
+        raise GacaError(f"unknown format {format_name!r}; use one of {', '.join(FORMATS)}")
+    module = format_module(format_name)
+    info: FormatInfo = module.INFO
+    files = expand_sources(sources, info.suffixes)
+    label = ", ".join(str(s) for s in sources)
+    work_dir = Path(out).parent if out is not None else None
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    name = Path(out).name if out is not None else "import"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=work_dir))
+    try:
+        parts = _Parts(directory=tmp)
+        _stream_parts(module.read(files, options), parts, format_name)
+        if parts.rows == 0:
+            raise GacaError(f"no records found for format {format_name}", file=label)
+        metadata = {
+            "gaca.import": json.dumps(
+                {"format": format_name, "files": [str(f) for f in files], "source": info.source},
+                sort_keys=True,
+            )
+        }
+        merged = tmp / "log.parquet"
+        _merge(parts, str(merged), metadata)
+        log = read_log([merged], {}, columns=_checked_columns)
+        result = inspect_log(log, command)
+        violations = [_renamed(v, f"{label} (as imported)") for v in result.violations]
+        columns = _unified_schema(parts).names
+        steps = _max_steps(log) if not violations else 0
+        summary = {
+            "format": format_name,
+            "files": len(files),
+            "rows": parts.rows,
+            "trajectories": _distinct(log, "traj_id"),
+            "groups": _distinct(log, "group_id"),
+            "mapped": {k: v for k, v in info.mapped.items() if k in columns},
+            "derived": {k: v for k, v in info.derived.items() if k in columns},
+            "kept": [c for c in columns if c not in KNOWN_TYPES],
+            "missing": _missing(columns, steps),
+            "warnings": result.warnings,
+        }
+        if out is not None and not violations:
+            with atomic_path(out) as final:
+                os.replace(merged, final)
+            summary["output"] = str(out)
+        return ImportResult(summary=summary, violations=violations)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _checked_columns(names: list[str]) -> list[str]:
+    """The columns the checks read: all but the long texts (bounded memory on big imports)."""
+    return [n for n in names if n in KNOWN_TYPES and n not in UNCHECKED]
+
+
+def _distinct(log: Any, column: str) -> int:
+    import pyarrow.compute as pc
+
+    return len(pc.unique(log.table.column(column))) if column in log.table.column_names else 0
+
+
+def _max_steps(log: Any) -> int:
+    import pyarrow.compute as pc
+
+    steps = log.table.column("step_idx")
+    value = pc.max(steps).as_py()
+    return 0 if value is None else int(value) + 1
+
+
+def _renamed(error: GacaError, file: str) -> GacaError:
+    """A violation found in the temporary imported file, named after the sources instead."""
+    return GacaError(error.rule, file=file, column=error.column, rows=error.rows, n_rows=error.n_rows)
+
+
+def format_table() -> Iterator[FormatInfo]:
+    """Every format's description, in `FORMATS` order."""
+    for name in FORMATS:
+        yield format_module(name).INFO

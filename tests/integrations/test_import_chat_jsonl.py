@@ -1,0 +1,200 @@
+"""`gaca import --from chat-jsonl`: whole chats split into steps, step records, --map, the
+fields kept, and bad records (one Error line naming file, line and field; nothing written)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from gaca_cli.integrations.imports import chat_jsonl
+from gaca_cli.integrations.imports.base import ImportOptions
+from tests.integrations.cli_helpers import error_line, gaca, import_json
+
+SYSTEM = {"role": "system", "content": "You are an agent."}
+TASK = {"role": "user", "content": "You are in a kitchen. Find the apple."}
+
+
+def chat(*turns: str) -> list[dict]:
+    """system, task, then assistant / user turns alternating (assistant first)."""
+    messages = [SYSTEM, TASK]
+    for i, text in enumerate(turns):
+        messages.append({"role": "assistant" if i % 2 == 0 else "user", "content": text})
+    return messages
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+TRAJECTORIES = [
+    {
+        "group_id": "g1",
+        "traj_id": "r0",
+        "messages": chat("go north", "You see an apple.", "take apple"),
+        "reward": 1.0,
+        "anchor_obs": ["kitchen", "hall, apple"],
+        "seed": 3,
+        "env": {"name": "house"},
+        "advantage": 0.5,
+    },
+    {
+        "group_id": "g1",
+        "traj_id": "r1",
+        "messages": chat("go south", "A cellar.", [{"type": "text", "text": "give "}, {"type": "text", "text": "up"}]),
+        "rewards": [0.25, -0.5],
+        "anchor_obs": ["kitchen", "cellar"],
+        "seed": 4,
+    },
+]
+
+
+def rows_of(path: Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def test_trajectory_records_become_one_step_per_assistant_turn(tmp_path):
+    src = write_jsonl(tmp_path / "chats.jsonl", TRAJECTORIES)
+    summary = import_json("chat-jsonl", src, out=tmp_path / "out.parquet")
+    rows = rows_of(tmp_path / "out.parquet")
+    assert [(r["traj_id"], r["step_idx"]) for r in rows] == [("r0", 0), ("r0", 1), ("r1", 0), ("r1", 1)]
+    r0, r1 = rows[0], rows[1]
+    assert r0["messages"] == [SYSTEM, TASK] and r0["action"] == "go north"
+    # the second step's context is the first's plus its action and the observation after it
+    assert r1["messages"] == [
+        SYSTEM,
+        TASK,
+        {"role": "assistant", "content": "go north"},
+        chat("", "You see an apple.")[3],
+    ]
+    assert r1["action"] == "take apple"
+    assert [r["reward"] for r in rows] == [0.0, 1.0, 0.25, -0.5]  # outcome on the last turn; per-turn rewards
+    assert [r["episode_reward"] for r in rows] == [1.0, 1.0, -0.25, -0.25]
+    assert [r["done"] for r in rows] == [False, True, False, True]
+    assert [r["anchor_obs"] for r in rows] == ["kitchen", "hall, apple", "kitchen", "cellar"]
+    assert rows[3]["action"] == "give up"  # content parts joined
+    assert [r["group_id"] for r in rows] == ["g1"] * 4
+    # nothing dropped: scalars as columns, nested in extra, gaca's own names as source_<name>
+    assert [r["seed"] for r in rows] == [3, 3, 4, 4]
+    assert json.loads(rows[0]["extra"]) == {"env": {"name": "house"}} and rows[2]["extra"] is None
+    assert [r["source_advantage"] for r in rows] == [0.5, 0.5, None, None]
+    assert summary["rows"] == 4 and summary["trajectories"] == 2 and summary["groups"] == 1
+    assert set(summary["kept"]) == {"seed", "source_advantage", "extra"}
+    assert any("behavior_logprobs" in note for note in summary["missing"])
+    assert not any("anchor" in note for note in summary["missing"])
+    # the file passes every check of the command it is meant for
+    assert gaca("validate", tmp_path / "out.parquet", "--for", "advantages:gigpo").exit_code == 0
+
+
+def test_missing_ids_are_derived_and_reported(tmp_path):
+    records = [{"messages": chat("a"), "reward": 1}, {"messages": chat("b"), "reward": 0}]
+    other = {"messages": [SYSTEM, {"role": "user", "content": "Another task."}, {"role": "assistant", "content": "c"}]}
+    src = write_jsonl(tmp_path / "chats.jsonl", [*records, {**other, "reward": 0}])
+    summary = import_json("chat-jsonl", src, out=tmp_path / "out.parquet")
+    rows = rows_of(tmp_path / "out.parquet")
+    assert [r["traj_id"] for r in rows] == [f"{src}:1", f"{src}:2", f"{src}:3"]
+    assert rows[0]["group_id"] == rows[1]["group_id"] != rows[2]["group_id"]  # the same task, one group
+    assert "group_id" in summary["mapped"] and "hash" in summary["mapped"]["group_id"]
+    assert any("anchor" in note for note in summary["missing"])
+
+
+def test_step_records_and_field_map(tmp_path):
+    steps = [
+        {"uid": "g", "run": "t0", "conversation": [TASK], "act": "go north", "score": 0, "obs": "kitchen"},
+        {"uid": "g", "run": "t0", "conversation": [TASK], "act": "take apple", "score": 1, "obs": "hall", "done": True},
+        {"uid": "g", "run": "t1", "conversation": [TASK], "act": "wait", "score": 0.5, "obs": "kitchen"},
+    ]
+    src = write_jsonl(tmp_path / "steps.jsonl", steps)
+    maps = ["group_id=uid", "traj_id=run", "messages=conversation", "action=act", "reward=score", "anchor_obs=obs"]
+    more = tuple(x for m in maps for x in ("--map", m))
+    import_json("chat-jsonl", src, out=tmp_path / "out.parquet", more=more)
+    rows = rows_of(tmp_path / "out.parquet")
+    assert [(r["traj_id"], r["step_idx"], r["action"], r["reward"]) for r in rows] == [
+        ("t0", 0, "go north", 0.0),
+        ("t0", 1, "take apple", 1.0),
+        ("t1", 0, "wait", 0.5),
+    ]
+    assert rows[0]["messages"] == [TASK] and "prompt" not in rows[0]
+    assert [r["anchor_obs"] for r in rows] == ["kitchen", "hall", "kitchen"] and rows[1]["done"] is True
+    # prompt strings instead of chats
+    prompts = [{"traj_id": "p", "group_id": "g", "prompt": f"> {i}", "action": "look", "reward": 0} for i in range(2)]
+    import_json("chat-jsonl", write_jsonl(tmp_path / "p.jsonl", prompts), out=tmp_path / "p.parquet")
+    rows = rows_of(tmp_path / "p.parquet")
+    assert [(r["step_idx"], r["prompt"]) for r in rows] == [(0, "> 0"), (1, "> 1")] and "messages" not in rows[0]
+    # a log must use one of the two for every row, as the schema says
+    mixed = write_jsonl(tmp_path / "m.jsonl", [prompts[0], {**prompts[1], "prompt": None, "messages": [TASK]}])
+    line = error_line(gaca("import", "--from", "chat-jsonl", mixed, "-o", tmp_path / "m.parquet"))
+    assert "column 'prompt': must not be null" in line and "(p, 1)" in line
+
+
+def test_read_streams_records_without_the_cli(tmp_path):
+    src = write_jsonl(tmp_path / "chats.jsonl", TRAJECTORIES)
+    rows = chat_jsonl.read([src], ImportOptions())
+    first = next(rows)  # a generator: the first row comes before the file is read to its end
+    assert first["traj_id"] == "r0" and first["step_idx"] == 0
+
+
+BAD = [
+    ("not json", "line 1: not valid JSON"),
+    ([1, 2], "line 1: expected a JSON object, got list"),
+    ({"traj_id": "t"}, "line 1: field 'messages': missing"),
+    ({"messages": chat("a"), "reward": "high"}, "line 1: field 'reward': must be a number"),
+    ({"messages": chat("a")}, "line 1: field 'reward': missing"),
+    ({"messages": chat("a", "o", "b"), "rewards": [1]}, "line 1: field 'rewards': must be a list of 2 numbers"),
+    ({"messages": [TASK], "reward": 1}, "line 1: field 'messages': has no assistant turn"),
+    ({"messages": "hello", "reward": 1}, "line 1: field 'messages': must be a list of chat messages"),
+    ({"messages": chat("a"), "reward": 1, "anchor_obs": "x"}, "line 1: field 'anchor_obs': must be a list of 1"),
+    ({"messages": chat("a"), "reward": 1, "traj_id": [1]}, "line 1: field 'traj_id': must be a string or an integer"),
+    ({"action": "a", "traj_id": "t", "group_id": "g", "reward": 0}, "line 1: field 'messages': missing"),
+    ({"action": "a", "group_id": "g", "reward": 0, "prompt": "p"}, "line 1: field 'traj_id': missing"),
+    ({"action": "a", "traj_id": "t", "group_id": "g", "reward": 0, "prompt": "p", "step_idx": 1.5}, "field 'step_idx'"),
+]
+
+
+@pytest.mark.parametrize(("record", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_records_name_file_line_and_field(tmp_path, record, message):
+    good = {"messages": chat("fine"), "reward": 1, "traj_id": "ok", "group_id": "g"}
+    src = write_jsonl(tmp_path / "bad.jsonl", [record])
+    out = tmp_path / "out.parquet"
+    line = error_line(gaca("import", "--from", "chat-jsonl", src, "-o", out))
+    assert line.startswith(f"Error: {src}: ") and message in line, line
+    assert not out.exists() and not list(tmp_path.glob(".out.parquet*"))
+    # the line number is the record's own, after good records
+    src2 = write_jsonl(tmp_path / "bad2.jsonl", [good, record])
+    line = error_line(gaca("import", "--from", "chat-jsonl", src2, "-o", out))
+    assert message.replace("line 1", "line 2") in line and not out.exists()
+
+
+def test_a_broken_schema_rule_writes_nothing(tmp_path):
+    record = {"messages": chat("a"), "reward": 1, "traj_id": "same", "group_id": "g"}
+    src = write_jsonl(tmp_path / "dup.jsonl", [record, record])
+    out = tmp_path / "out.parquet"
+    line = error_line(gaca("import", "--from", "chat-jsonl", src, "-o", out))
+    assert "(as imported)" in line and "(same, 0)" in line
+    assert not out.exists() and list(tmp_path.iterdir()) == [src]
+
+
+def test_types_that_do_not_agree_across_records_name_the_column_and_row(tmp_path):
+    records = [
+        {"messages": chat("a"), "reward": 1, "traj_id": "t0", "seed": 3},
+        {"messages": chat("b"), "reward": 1, "traj_id": "t1", "seed": "three"},
+    ]
+    src = write_jsonl(tmp_path / "mixed.jsonl", records)
+    line = error_line(gaca("import", "--from", "chat-jsonl", src, "-o", tmp_path / "out.parquet"))
+    assert "column 'seed'" in line and "(t1, 0)" in line
+
+
+def test_validate_from_checks_without_writing(tmp_path):
+    src = write_jsonl(tmp_path / "chats.jsonl", TRAJECTORIES)
+    res = gaca("validate", "--from", "chat-jsonl", src, "--for", "advantages:gigpo", "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["ok"] and report["rows"] == 4
+    assert list(tmp_path.iterdir()) == [src]
+    res = gaca("validate", "--from", "chat-jsonl", src, "--for", "advantages:gaca", "--json")
+    assert res.exit_code == 1 and "nll_mean" in json.loads(res.stdout)["violations"][0]["column"]
+    bad = write_jsonl(tmp_path / "bad.jsonl", ["{"])
+    assert "line 1" in error_line(gaca("validate", "--from", "chat-jsonl", bad))
