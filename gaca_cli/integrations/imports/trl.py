@@ -1,0 +1,267 @@
+"""`--from trl`: the completion tables of TRL's `GRPOTrainer` (`GRPOConfig(log_completions=True)`).
+
+Followed: trl 1.16.0, `trl/trainer/grpo_trainer.py`. At every logging step, on the main
+process, `GRPOTrainer.log` writes `<output_dir>/completions/completions_<global_step:05d>.parquet`
+with pandas: one row per completion of the latest generation batch, gathered from all processes
+(`GRPOTrainer._generate_and_score_completions` fills it), in these columns:
+
+    step | prompt | completion | <one column per reward function> | <log_extra columns> | advantage
+
+- `step`: the trainer's global step (the same in every row of a file);
+- `prompt`: the dataset's prompt, a string, or chat messages for conversational datasets;
+- `completion`: the decoded text, or a list of messages for conversational datasets: one
+  assistant message, or, with tools, the assistant's turns interleaved with the tool results;
+- one float column per reward function, named after it, in `reward_funcs` order; null where
+  the function returned None (not applicable to that sample);
+- columns a reward function added through the `log_extra` hook;
+- `advantage`: the advantage TRL trained on.
+
+Each completion is one trajectory; its episode group is (file, step, prompt): the completions of
+one prompt at one logging step. A plain completion is one step; a chat completion is one step per
+assistant turn (the context being the prompt and the completion's earlier messages), the outcome
+reward on its last step. The reward is TRL's own aggregate, the weighted sum of the reward
+columns over the functions that returned a value: Σ_i w_i r_i with `--reward-weights` (default:
+every w_i = 1), as `_generate_and_score_completions` computes it (`nansum` of `rewards_per_func
+* reward_weights`; in float64 here, in float32 there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    iter_parquet_rows,
+    split_chat,
+    text_of,
+)
+from gaca_cli.log import columns as C
+
+STEP, PROMPT, COMPLETION, ADVANTAGE = "step", "prompt", "completion", "advantage"
+KNOWN_INPUTS = (
+    *C.REQUIRED,
+    C.PROMPT,
+    C.MESSAGES,
+    C.ACTION,
+    C.ANCHOR_OBS,
+    C.ANCHOR_KEY,
+    C.DONE,
+    C.EPISODE_REWARD,
+    C.PROMPT_TOKEN_IDS,
+    C.ACTION_TOKEN_IDS,
+    C.BEHAVIOR_LOGPROBS,
+)
+REWARD_PREFIX = "reward_"  # a reward function's column `f` is kept as `reward_f`
+SOURCE_ADVANTAGE = "source_advantage"
+# the columns this format writes and the schema's own: a log_extra column of one of these names
+# (or named reward_*) is kept as source_<name>
+WRITTEN = frozenset({*KNOWN_INPUTS, "extra", STEP, SOURCE_ADVANTAGE})
+_PLAIN_KEYS = frozenset({"role", "content"})
+_ASSISTANT_KEYS = frozenset({"role", "content", "tool_calls"})  # what a step's action shows
+
+INFO = FormatInfo(
+    name="trl",
+    summary="TRL GRPOTrainer completion tables (log_completions=True): one trajectory per completion",
+    suffixes=(".parquet",),
+    carries="prompt, completion, each reward function's reward, TRL's advantage, log_extra columns",
+    lacks="anchors, multi-step structure (except tool-calling chats), token ids, log-probs",
+    source="trl 1.16.0, trl/trainer/grpo_trainer.py (GRPOTrainer.log, GRPOTrainer._generate_and_score_completions)",
+    mapped={
+        "prompt": "prompt (plain-text datasets)",
+        "messages": "prompt (conversational datasets), then the completion's messages before the assistant turn",
+        "action": "completion (its text; in a chat completion, each assistant turn, tool calls as JSON)",
+        "reward": "Σ_i w_i·r_i over the reward columns that hold a value (w from --reward-weights, default 1)",
+        SOURCE_ADVANTAGE: "advantage (TRL's own advantage)",
+        STEP: "step (TRL's global step)",
+    },
+    derived={
+        "group_id": "(file, step, prompt): the completions of one prompt at one logging step",
+        "traj_id": "FILE/rowN: each completion is one trajectory",
+        "step_idx": "0 for a plain completion; the assistant turn's position in a chat completion",
+        "done": "true on a completion's last step",
+    },
+)
+
+
+def _labels(files: Sequence[Path]) -> dict[Path, str]:
+    """Each file's path relative to the folder all the files share, without `.parquet`: short
+    ids that stay unique when several runs' folders are imported together."""
+    resolved = [f.resolve() for f in files]
+    if not resolved:
+        return {}
+    common = Path(os.path.commonpath([r.parent for r in resolved]))
+    return {f: r.relative_to(common).with_suffix("").as_posix() for f, r in zip(files, resolved, strict=True)}
+
+
+def _columns(record: Mapping[str, Any], path: Path, n_weights: int | None) -> tuple[list[str], list[str]]:
+    """(the reward columns, the other columns) of a table whose first row is `record`.
+
+    The reward columns lie between `completion` and `advantage`: all of them, or, with N
+    reward weights, the first N (the log_extra columns follow them)."""
+    names = list(record)
+    for required in (STEP, PROMPT, COMPLETION, ADVANTAGE):
+        if required not in names:
+            raise SourceError(path, "row 0", required, "missing: not a TRL completions table (log_completions=True)")
+    start, stop = names.index(COMPLETION) + 1, names.index(ADVANTAGE)
+    between = names[start:stop] if start <= stop else []
+    if not between:
+        raise SourceError(path, None, None, "no reward function column between 'completion' and 'advantage'")
+    if n_weights is None:
+        rewards = between
+    elif n_weights > len(between):
+        raise SourceError(
+            path,
+            None,
+            None,
+            f"--reward-weights gives {n_weights} weights but the table has {len(between)} column(s) "
+            f"between 'completion' and 'advantage' ({', '.join(between)})",
+        )
+    else:
+        rewards = between[:n_weights]
+    fixed = {STEP, PROMPT, COMPLETION, ADVANTAGE, *rewards}
+    return rewards, [n for n in names if n not in fixed]
+
+
+def _messages(value: Any, path: Path, where: str, key: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
+        raise SourceError(
+            path, where, key, "must be a string or a list of chat messages ({'role': ..., 'content': ...})"
+        )
+    return value
+
+
+def _captured(messages: Sequence[Mapping[str, Any]], keys: frozenset[str]) -> bool:
+    """True when the messages hold string contents and no field outside `keys` (pandas writes a
+    key that only some messages have as null in the others)."""
+    return all(
+        isinstance(m.get("content"), str) and all(v is None for k, v in m.items() if k not in keys) for m in messages
+    )
+
+
+def _reward(
+    record: Mapping[str, Any], columns: Sequence[str], weights: Sequence[float], path: Path, where: str, hint: str
+) -> tuple[float, dict[str, float | None]]:
+    """TRL's aggregate reward Σ_i w_i·r_i over the functions that returned a value (nansum), and
+    each function's value (None where it returned None)."""
+    total, applied = 0.0, 0
+    per_function: dict[str, float | None] = {}
+    for i, (name, weight) in enumerate(zip(columns, weights, strict=True)):
+        value = record.get(name)
+        if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))):
+            rule = f"must be a number (reward function {i + 1} of {len(columns)}), got {json.dumps(value, default=str)[:40]}"
+            raise SourceError(path, where, name, rule + hint)
+        if value is None or math.isnan(value):
+            per_function[name] = None
+            continue
+        per_function[name] = float(value)
+        total += weight * float(value)
+        applied += 1
+    if applied == 0:
+        raise SourceError(
+            path,
+            where,
+            None,
+            f"every reward function returned None ({', '.join(columns)} all empty): TRL gave this completion "
+            "no reward and no learning signal",
+        )
+    return total, per_function
+
+
+def _kept(record: Mapping[str, Any], others: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The table's other columns (log_extra): scalars as their own columns (renamed
+    `source_<name>` where the name is one this format writes), nested values for `extra`."""
+    own: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name in others:
+        value = record[name]
+        if value is None or isinstance(value, (str, int, float, bool)):
+            own[f"source_{name}" if name in WRITTEN or name.startswith(REWARD_PREFIX) else name] = value
+        else:
+            extra[name] = value
+    return own, extra
+
+
+def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The completion's steps as (context, action) fields, and what the steps cannot hold (for `extra`)."""
+    if isinstance(prompt, str):
+        if not isinstance(completion, str):
+            raise SourceError(path, where, COMPLETION, "must be a string when the prompt is a string")
+        return [{PROMPT: prompt, "action": completion}], {}
+    prompt_messages = _messages(prompt, path, where, PROMPT)
+    completion_messages = _messages(completion, path, where, COMPLETION)
+    context = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in prompt_messages]
+    steps = [{"messages": context + before, "action": text} for before, text, _ in split_chat(completion_messages)]
+    if not steps:
+        raise SourceError(path, where, COMPLETION, "has no assistant message")
+    # the raw messages go to `extra` where the steps cannot show all of them (tool names,
+    # reasoning fields, content parts, tool results after the last assistant turn)
+    extra: dict[str, Any] = {}
+    if not _captured(prompt_messages, _PLAIN_KEYS):
+        extra[PROMPT] = prompt
+    if completion_messages[-1]["role"] != "assistant" or not _captured(completion_messages, _ASSISTANT_KEYS):
+        extra[COMPLETION] = completion
+    return steps, extra
+
+
+def _group_key(step: int, prompt: Any) -> str:
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False, default=str)
+    return f"step{step}/{hashlib.sha1(text.encode('utf-8')).hexdigest()[:12]}"
+
+
+def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
+    """One row per step of each completion, file by file, row by row (Parquet record batches)."""
+    labels = _labels(files)
+    for path in files:
+        label = labels[path]
+        columns: tuple[list[str], list[str]] | None = None
+        for row, record in iter_parquet_rows(path):
+            where = f"row {row}"
+            if columns is None:
+                n_weights = None if options.reward_weights is None else len(options.reward_weights)
+                columns = _columns(record, path, n_weights)
+            reward_columns, others = columns
+            weights = options.reward_weights or (1.0,) * len(reward_columns)
+            hint = (
+                ""
+                if options.reward_weights is not None
+                else "; if the run logged log_extra columns, pass --reward-weights (one weight per reward "
+                "function) so that only the first columns are read as rewards"
+            )
+            step = record[STEP]
+            if isinstance(step, bool) or not isinstance(step, int):
+                raise SourceError(path, where, STEP, f"must be an integer, got {json.dumps(step, default=str)[:40]}")
+            advantage = record[ADVANTAGE]
+            if advantage is not None and (isinstance(advantage, bool) or not isinstance(advantage, (int, float))):
+                raise SourceError(
+                    path, where, ADVANTAGE, f"must be a number, got {json.dumps(advantage, default=str)[:40]}"
+                )
+            total, per_function = _reward(record, reward_columns, weights, path, where, hint)
+            steps, extra = _steps(record[PROMPT], record[COMPLETION], path, where)
+            own, nested = _kept(record, others)
+            extra.update(nested)
+            group_id = f"{label}/{_group_key(step, record[PROMPT])}"
+            last = len(steps) - 1
+            for k, fields in enumerate(steps):
+                out: dict[str, Any] = {
+                    "group_id": group_id,
+                    "traj_id": f"{label}/row{row}",
+                    "step_idx": k,
+                    "reward": total if k == last else 0.0,
+                    "done": k == last,
+                    **fields,
+                    STEP: step,
+                    **{f"{REWARD_PREFIX}{name}": value for name, value in per_function.items()},
+                    SOURCE_ADVANTAGE: None if advantage is None else float(advantage),
+                    **own,
+                }
+                if extra and k == last:
+                    out["extra"] = extra
+                yield out
