@@ -244,9 +244,8 @@ def episode_advantage(rollouts: Rollouts, config: AdvantagesConfig) -> tuple[np.
         per_traj, single, const = normalize_in_groups(values, codes, index.n_groups, by_std, eps)
         adv = per_traj[index.row_traj]
     else:
-        values = rollouts.row_return
-        if values is None:
-            values = episode_returns(rollouts)[index.row_traj]
+        given = rollouts.row_return
+        values = episode_returns(rollouts)[index.row_traj] if given is None else given
         codes = index.traj_group[index.row_traj]
         adv, single, const = normalize_in_groups(values, codes, index.n_groups, by_std, eps)
     if config.singleton_groups == "raw" and single:  # mean 0, std 1: the member's own value
