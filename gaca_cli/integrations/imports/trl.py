@@ -79,8 +79,6 @@ INFO = FormatInfo(
         "messages": "prompt (conversational datasets), then the completion's messages before the assistant turn",
         "action": "completion (its text; in a chat completion, each assistant turn, tool calls as JSON)",
         "reward": "Σ_i w_i·r_i over the reward columns that hold a value (w from --reward-weights, default 1)",
-        SOURCE_ADVANTAGE: "advantage (TRL's own advantage)",
-        STEP: "step (TRL's global step)",
     },
     derived={
         "group_id": "(file, step, prompt): the completions of one prompt at one logging step",
@@ -232,8 +230,8 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             hint = (
                 ""
                 if options.reward_weights is not None
-                else "; if the run logged log_extra columns, pass --reward-weights (one weight per reward "
-                "function) so that only the first columns are read as rewards"
+                else "; if the run logged log_extra columns, give --reward-weights (one weight per reward "
+                "function): only that many columns are then read as rewards"
             )
             step = record[STEP]
             if isinstance(step, bool) or not isinstance(step, int):
