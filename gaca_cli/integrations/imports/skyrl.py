@@ -1,0 +1,328 @@
+"""SkyRL: its evaluation dumps, and its generator output written by `write_generator_output`.
+
+Followed: skyrl 0.4.0 (NovaSky-AI/SkyRL), `skyrl/train/generators/base.py` (`GeneratorOutput`,
+`TrajectoryID`), `skyrl/train/generators/skyrl_gym_generator.py` (`SkyRLGymGenerator.generate`,
+the step-wise rows and `is_last_step`), `skyrl/train/utils/trainer_utils.py`
+(`dump_per_dataset_eval_results`) and `skyrl/train/evaluate.py` (`evaluate`).
+
+Two kinds of JSONL record, told apart by their fields:
+
+- **eval dump** (`trainer.dump_eval_results=true`: `<export_path>/dumped_evals/<step>_evals/
+  <data_source>.jsonl`): `input_prompt` and `output_response` (decoded, special tokens kept),
+  `score` (a float, or per-token rewards), `stop_reason`, `env_class`, `env_extras`,
+  `data_source`. One line is one rollout; SkyRL writes no prompt uid, so the rollouts of one
+  prompt are those with the same `input_prompt` in one file. `aggregated_results.jsonl` holds
+  the run's metrics only and is skipped.
+- **generator output** (one line per `GeneratorOutput` row, written in the trainer by
+  `write_generator_output` below): `prompt_token_ids`, `response_ids`, `loss_masks`, `rewards`
+  (a float or per-token), `rollout_logprobs`, `stop_reasons`, `trajectory_ids`, `is_last_step`,
+  `env_metrics`, plus `uid` and `global_step`. Each run of 1s in the loss mask is one step (the
+  policy's tokens; 0s are observations and template): its context is the prompt and every
+  response token before it. Step-wise rows (one per turn) chain by `trajectory_ids`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, iter_jsonl, number, require
+
+INFO = FormatInfo(
+    name="skyrl",
+    summary="SkyRL eval dumps (dumped_evals/*.jsonl) and generator output rows (write_generator_output)",
+    suffixes=(".jsonl",),
+    carries="eval dumps: prompt and response text, score; generator output: token ids, loss-mask steps, "
+    "per-token rewards, rollout log-probs, trajectory ids",
+    lacks="anchors; eval dumps: prompt uids (grouped by prompt text), steps within a rollout; generator output: text",
+    source="skyrl 0.4.0, skyrl/train/utils/trainer_utils.py (dump_per_dataset_eval_results), "
+    "skyrl/train/generators/base.py (GeneratorOutput), skyrl/train/generators/skyrl_gym_generator.py (generate)",
+    mapped={
+        "prompt": "input_prompt (eval dump)",
+        "action": "output_response (eval dump)",
+        "reward": "score (eval dump; summed when per-token) / rewards summed over the step's tokens (generator output)",
+        "prompt_token_ids": "prompt_token_ids + response_ids before the step (generator output)",
+        "action_token_ids": "response_ids under one run of loss_masks == 1 (generator output)",
+        "behavior_logprobs": "rollout_logprobs under that run (generator output)",
+        "stop_reason": "stop_reason / stop_reasons",
+        "env_class": "env_class",
+        "data_source": "data_source (eval dump)",
+        "extra": "env_extras, per-token score (eval dump); env_metrics (generator output)",
+    },
+    derived={
+        "group_id": "eval dump: file + hash of input_prompt; generator output: global_step + uid "
+        "(trajectory_ids.instance_id)",
+        "traj_id": "eval dump: file:line; generator output: file, global_step, instance_id_repetition_id "
+        "(file:line for rows without trajectory ids)",
+        "step_idx": "eval dump: 0; generator output: the loss-mask runs of the trajectory's rows, in order",
+        "done": "true on the last step of each rollout (the last run of a row with is_last_step, or of a "
+        "non-step-wise row)",
+        "loss_mask_empty": "true on a generator-output row whose loss mask is all 0 (e.g. overlong "
+        "filtering): its whole response is one step",
+    },
+)
+
+_EVAL_FIELDS = ("input_prompt", "output_response", "score")
+_AGGREGATED = "aggregated_results.jsonl"
+# GeneratorOutput per-row fields that `write_generator_output` writes (tensors are left out).
+_ROW_FIELDS = (
+    "prompt_token_ids",
+    "response_ids",
+    "rewards",
+    "loss_masks",
+    "stop_reasons",
+    "rollout_logprobs",
+    "is_last_step",
+    "env_metrics",
+    "trajectory_generation_times",
+)
+# fields that become step columns, and scalar fields kept under another name
+_GENERATOR_MAPPED = frozenset(
+    {"prompt_token_ids", "response_ids", "rewards", "loss_masks", "rollout_logprobs", "is_last_step", "trajectory_ids"}
+)
+_GENERATOR_RENAMED = {"stop_reasons": "stop_reason", "trajectory_generation_times": "generation_time_s"}
+
+
+def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
+    """One row per eval-dump line, or per loss-mask run of each generator-output row."""
+    kind_seen: str | None = None
+    for path in files:
+        if path.name == _AGGREGATED:
+            continue  # the run's aggregate metrics: no rollout in it
+        open_steps: dict[str, int] = {}  # traj_id -> steps already yielded, while its rows continue
+        ended: dict[str, int] = {}  # trajectory key -> how many of its trajectories have ended
+        for line, record in iter_jsonl(path):
+            where = f"line {line}"
+            if not isinstance(record, Mapping):
+                raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+            kind = "generator output" if "response_ids" in record else "eval dump"
+            if "response_ids" not in record and "output_response" not in record and "input_prompt" not in record:
+                kind = "unknown"
+            if kind != "unknown" and kind_seen is not None and kind != kind_seen:
+                raise SourceError(
+                    path, where, None, f"a {kind} record after {kind_seen} records: import the two kinds separately"
+                )
+            if kind == "generator output":
+                kind_seen = kind
+                yield from _generator_rows(path, where, line, record, open_steps, ended)
+            elif kind == "eval dump":
+                kind_seen = kind
+                yield _eval_row(path, where, line, record)
+            else:
+                raise SourceError(
+                    path,
+                    where,
+                    None,
+                    "neither a SkyRL eval dump line (input_prompt, output_response, score) nor a generator "
+                    "output row (response_ids, loss_masks, rewards)",
+                )
+
+
+def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> dict:
+    prompt = require(record, "input_prompt", path, where, str)
+    response = require(record, "output_response", path, where, str)
+    score = _reward_value(require(record, "score", path, where, (int, float, list)), path, where, "score")
+    row: dict[str, Any] = {
+        "group_id": f"{path}:{hashlib.sha1(prompt.encode('utf-8')).hexdigest()[:16]}",
+        "traj_id": f"{path}:{line}",
+        "step_idx": 0,
+        "reward": score,
+        "done": True,
+        "prompt": prompt,
+        "action": response,
+    }
+    extra: dict[str, Any] = {}
+    if isinstance(record["score"], list):
+        extra["score"] = record["score"]
+    for key, value in record.items():
+        if key in _EVAL_FIELDS:
+            continue
+        _keep(row, extra, key, value)
+    if extra:
+        row["extra"] = extra
+    return row
+
+
+def _generator_rows(
+    path: Path,
+    where: str,
+    line: int,
+    record: Mapping[str, Any],
+    open_steps: dict[str, int],
+    ended: dict[str, int],
+) -> Iterator[dict]:
+    prompt_ids = _int_list(record, "prompt_token_ids", path, where)
+    response_ids = _int_list(record, "response_ids", path, where)
+    mask = _int_list(record, "loss_masks", path, where)
+    if len(mask) != len(response_ids):
+        raise SourceError(path, where, "loss_masks", f"has {len(mask)} values for {len(response_ids)} response_ids")
+    rewards_raw = require(record, "rewards", path, where, (int, float, list))
+    per_token = isinstance(rewards_raw, list)
+    if per_token:
+        token_rewards = [number(v, path, where, "rewards") for v in rewards_raw]
+        if len(token_rewards) != len(response_ids):
+            raise SourceError(
+                path, where, "rewards", f"has {len(token_rewards)} values for {len(response_ids)} response_ids"
+            )
+    logprobs: list[float] | None = None
+    if record.get("rollout_logprobs") is not None:
+        raw = record["rollout_logprobs"]
+        if not isinstance(raw, list):
+            raise SourceError(path, where, "rollout_logprobs", "must be a list of numbers")
+        logprobs = [number(v, path, where, "rollout_logprobs") for v in raw]
+        if len(logprobs) != len(response_ids):
+            raise SourceError(
+                path, where, "rollout_logprobs", f"has {len(logprobs)} values for {len(response_ids)} response_ids"
+            )
+    is_last = record.get("is_last_step")
+    if is_last is not None and not isinstance(is_last, bool):
+        raise SourceError(path, where, "is_last_step", f"must be true or false, got {json.dumps(is_last)[:40]}")
+
+    step = record.get("global_step")
+    step_tag = "" if step is None else f"step{step}:"
+    traj = record.get("trajectory_ids")
+    uid = record.get("uid")
+    if traj is not None:
+        if not isinstance(traj, Mapping) or "instance_id" not in traj or "repetition_id" not in traj:
+            raise SourceError(path, where, "trajectory_ids", "must be an object with instance_id and repetition_id")
+        key = f"{path}:{step_tag}{traj['instance_id']}_{traj['repetition_id']}"
+        if uid is None:
+            uid = traj["instance_id"]
+        traj_id = key if not ended.get(key) else f"{key}#{ended[key] + 1}"
+        last_row = is_last is not False  # a step-wise row continues its trajectory until is_last_step
+    else:
+        key = traj_id = f"{path}:{line}"
+        last_row = True
+    if uid is None:
+        group_id = traj_id  # nothing says which rollouts share a prompt: a group of one
+    else:
+        group_id = f"{step_tag}{uid}"
+
+    runs = _runs(mask)
+    empty_mask = not runs
+    if empty_mask:
+        runs = [(0, len(response_ids))]
+    first_step = open_steps.pop(traj_id, 0)
+    extra: dict[str, Any] = {}
+    common: dict[str, Any] = {"loss_mask_empty": empty_mask}
+    for k, value in record.items():
+        if k in _GENERATOR_MAPPED:
+            continue
+        if k in _GENERATOR_RENAMED:
+            common[_GENERATOR_RENAMED[k]] = value
+            continue
+        _keep(common, extra, k, value)
+    if traj is not None:
+        common["instance_id"] = str(traj["instance_id"])
+        common["repetition_id"] = traj["repetition_id"]
+    for i, (start, end) in enumerate(runs):
+        # the step's reward: the per-token rewards from its first token to the next step's first
+        # token (the first step also takes any before it); a scalar reward sits on the last step
+        seg_start = 0 if i == 0 else start
+        seg_end = runs[i + 1][0] if i + 1 < len(runs) else len(response_ids)
+        if per_token:
+            reward = float(sum(token_rewards[seg_start:seg_end]))
+        else:
+            reward = float(rewards_raw) if i == len(runs) - 1 else 0.0
+        last = i == len(runs) - 1
+        row: dict[str, Any] = {
+            "group_id": group_id,
+            "traj_id": traj_id,
+            "step_idx": first_step + i,
+            "reward": reward,
+            "done": last and last_row,
+            "prompt_token_ids": prompt_ids + response_ids[:start],
+            "action_token_ids": response_ids[start:end],
+            **common,
+        }
+        if logprobs is not None:
+            row["behavior_logprobs"] = logprobs[start:end]
+        if extra and last:
+            row["extra"] = extra
+        yield row
+    if last_row:
+        if traj is not None:
+            ended[key] = ended.get(key, 0) + 1
+    else:
+        open_steps[traj_id] = first_step + len(runs)
+
+
+def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) of each maximal run of non-zero values."""
+    runs = []
+    start = None
+    for i, m in enumerate(mask):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    if start is not None:
+        runs.append((start, len(mask)))
+    return runs
+
+
+def _reward_value(value: Any, path: Path, where: str, key: str) -> float:
+    if isinstance(value, list):
+        return float(sum(number(v, path, where, key) for v in value))
+    return number(value, path, where, key)
+
+
+def _int_list(record: Mapping[str, Any], key: str, path: Path, where: str) -> list[int]:
+    value = require(record, key, path, where, list)
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise SourceError(path, where, key, f"must be a list of integers, got {json.dumps(v, default=str)[:40]}")
+    return value
+
+
+def _keep(row: dict[str, Any], extra: dict[str, Any], key: str, value: Any) -> None:
+    """A source field the schema does not know: its own column when scalar, else into `extra`."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        row[key] = value
+    else:
+        extra[key] = value
+
+
+def write_generator_output(
+    path: str | os.PathLike,
+    generator_output: Mapping[str, Any],
+    uids: Sequence[str] | None = None,
+    global_step: int | None = None,
+) -> int:
+    """Append a SkyRL `GeneratorOutput` to the JSONL file `path`, one line per row, for
+    `gaca import --from skyrl`. Returns the number of lines written.
+
+    Call it in the trainer right after generation, with the batch's `uids` (one per row, as
+    `prepare_generator_input` returns them) and the global step, e.g. in `RayPPOTrainer.train`::
+
+        write_generator_output(Path(self.cfg.trainer.export_path) / "gaca_rollouts.jsonl",
+                               generator_output, uids, global_step=self.global_step)
+
+    Per row it writes the list fields of `GeneratorOutput` that hold plain values (token ids,
+    masks, rewards, log-probs, stop reasons, `is_last_step`, env metrics, generation times), the
+    `TrajectoryID` as `{"instance_id", "repetition_id"}`, the row's uid and the step. Batch-level
+    `rollout_metrics` and tensors (expert routes, sample support, pixel values) are not written.
+    """
+    n = len(generator_output["response_ids"])
+    if uids is not None and len(uids) != n:
+        raise ValueError(f"uids has {len(uids)} entries for {n} generator output rows")
+    trajectory_ids = generator_output.get("trajectory_ids")
+    with open(path, "a", encoding="utf-8") as fh:
+        for i in range(n):
+            line: dict[str, Any] = {"global_step": global_step}
+            if uids is not None:
+                line["uid"] = uids[i]
+            for key in _ROW_FIELDS:
+                values = generator_output.get(key)
+                if values is not None:
+                    line[key] = values[i]
+            if trajectory_ids is not None:
+                tid = trajectory_ids[i]
+                line["trajectory_ids"] = {"instance_id": tid.instance_id, "repetition_id": tid.repetition_id}
+            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return n

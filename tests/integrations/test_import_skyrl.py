@@ -1,0 +1,257 @@
+"""`gaca import --from skyrl`: SkyRL eval dumps and generator output rows (tests/data/skyrl).
+
+Every value is checked against the fixture read here with `json`, not through the importer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from gaca_cli.integrations.imports import skyrl
+from gaca_cli.integrations.imports.base import ImportOptions, SourceError
+from tests.integrations.cli_helpers import error_line, gaca, import_json
+
+DATA = Path(__file__).parents[1] / "data" / "skyrl"
+EVALS = DATA / "dumped_evals" / "global_step_3_evals"
+STEPWISE = DATA / "generator_stepwise.jsonl"
+BATCH = DATA / "generator_batch.jsonl"
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read(*paths: Path) -> list[dict]:
+    return list(skyrl.read(list(paths), ImportOptions()))
+
+
+def runs(mask: list[int]) -> list[tuple[int, int]]:
+    """[start, end) of the runs of 1s, found by a plain scan."""
+    found, i = [], 0
+    while i < len(mask):
+        if mask[i]:
+            j = i
+            while j < len(mask) and mask[j]:
+                j += 1
+            found.append((i, j))
+            i = j
+        else:
+            i += 1
+    return found
+
+
+# -- eval dumps ------------------------------------------------------------------------------
+
+
+def test_eval_dump_one_row_per_line_with_every_field():
+    source = lines(EVALS / "openai_gsm8k.jsonl")
+    rows = read(EVALS / "aggregated_results.jsonl", EVALS / "openai_gsm8k.jsonl")
+    assert len(rows) == len(source) == 4  # aggregated_results.jsonl holds metrics only
+    for n, (row, rec) in enumerate(zip(rows, source), start=1):
+        assert row["traj_id"] == f"{EVALS / 'openai_gsm8k.jsonl'}:{n}"
+        assert row["step_idx"] == 0 and row["done"] is True
+        assert row["prompt"] == rec["input_prompt"]
+        assert row["action"] == rec["output_response"]
+        score = rec["score"]
+        assert row["reward"] == (sum(score) if isinstance(score, list) else score)
+        assert row["stop_reason"] == rec["stop_reason"]
+        assert row["env_class"] == rec["env_class"]
+        assert row["data_source"] == rec["data_source"]
+        assert row["extra"]["env_extras"] == rec["env_extras"]
+        if isinstance(score, list):
+            assert row["extra"]["score"] == score
+        digest = hashlib.sha1(rec["input_prompt"].encode()).hexdigest()[:16]
+        assert row["group_id"].endswith(digest)
+
+
+def test_eval_dump_groups_the_samples_of_one_prompt():
+    rows = read(EVALS / "openai_gsm8k.jsonl")
+    groups = [r["group_id"] for r in rows]
+    assert groups[0] == groups[1] != groups[2] == groups[3]
+    assert [r["reward"] for r in rows] == [1.0, 0.0, 1.0, 0.0]  # [0, 0, .5, .5] summed
+
+
+# -- generator output -------------------------------------------------------------------------
+
+
+def test_generator_rows_split_into_loss_mask_runs():
+    """Each run of 1s of each row is one step; its context is the prompt and the response
+    before it; its log-probs are the run's; the trajectory's steps follow its rows."""
+    source = lines(STEPWISE) + lines(BATCH)
+    rows = read(STEPWISE, BATCH)
+    it = iter(rows)
+    steps_of: dict[str, int] = {}
+    for rec in source:
+        mask_runs = runs(rec["loss_masks"]) or [(0, len(rec["response_ids"]))]
+        total = sum(rec["rewards"]) if isinstance(rec["rewards"], list) else rec["rewards"]
+        got_total = 0.0
+        for k, (start, end) in enumerate(mask_runs):
+            row = next(it)
+            got_total += row["reward"]
+            assert row["action_token_ids"] == rec["response_ids"][start:end]
+            assert row["prompt_token_ids"] == rec["prompt_token_ids"] + rec["response_ids"][:start]
+            if rec.get("rollout_logprobs") is not None:
+                assert row["behavior_logprobs"] == rec["rollout_logprobs"][start:end]
+            else:
+                assert "behavior_logprobs" not in row
+            assert row["stop_reason"] == rec["stop_reasons"]
+            assert row["global_step"] == rec["global_step"] and row["uid"] == rec["uid"]
+            assert row["group_id"] == f"step{rec['global_step']}:{rec['uid']}"
+            assert row["loss_mask_empty"] is (not any(rec["loss_masks"]))
+            assert row["step_idx"] == steps_of.get(row["traj_id"], 0)
+            steps_of[row["traj_id"]] = row["step_idx"] + 1
+            last_of_row = k == len(mask_runs) - 1
+            assert row["done"] is (last_of_row and rec.get("is_last_step", True))
+            if last_of_row:
+                assert row["extra"] == {"env_metrics": rec["env_metrics"]}
+            if "trajectory_ids" in rec:
+                tid = rec["trajectory_ids"]
+                assert row["traj_id"] == f"{STEPWISE}:step3:{tid['instance_id']}_{tid['repetition_id']}"
+                assert (row["instance_id"], row["repetition_id"]) == (tid["instance_id"], tid["repetition_id"])
+            if "trajectory_generation_times" in rec:
+                assert row["generation_time_s"] == rec["trajectory_generation_times"]
+        assert got_total == total  # a row's rewards are all given to its steps
+    assert next(it, None) is None
+
+
+def test_generator_rewards_per_step():
+    """Per-token rewards: each step takes those from its first token to the next step's;
+    the fixture's turns carry 1.0, (0.0, 0.5, 1.0) ... at their last output token."""
+    by_traj: dict[str, list[float]] = {}
+    for row in read(STEPWISE, BATCH):
+        by_traj.setdefault(row["traj_id"].rsplit(":", 1)[-1], []).append(row["reward"])
+    assert by_traj == {
+        "q0_0": [0.0, 1.0],
+        "q0_1": [0.0],
+        "q1_0": [0.0, 0.5, 1.0],  # the 0.5 sits on the synthetic EOS (mask 0) of step 1
+        "q1_1": [0.0, 0.0],
+        "1": [0.25, 1.0],  # generator_batch.jsonl line 1: one row, two turns
+        "2": [0.0],  # line 2: a scalar reward, loss mask all 0
+    }
+
+
+def test_stepwise_trajectory_repeated_after_its_last_step_gets_a_new_id(tmp_path):
+    rec = lines(STEPWISE)[2]  # q0_1: one row, is_last_step
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(rec) + "\n" + json.dumps(rec) + "\n")
+    ids = [r["traj_id"] for r in read(path)]
+    assert ids == [f"{path}:step3:q0_1", f"{path}:step3:q0_1#2"]
+
+
+@dataclass
+class _TID:
+    instance_id: str
+    repetition_id: int
+
+
+def test_write_generator_output_one_line_per_row(tmp_path):
+    out = {
+        "prompt_token_ids": [[1], [1]],
+        "response_ids": [[2, 3], [4]],
+        "rewards": [1.0, 0.0],
+        "loss_masks": [[1, 1], [1]],
+        "stop_reasons": ["stop", "stop"],
+        "rollout_logprobs": None,
+        "trajectory_ids": [_TID("a", 0), _TID("a", 1)],
+        "is_last_step": [True, True],
+        "rollout_metrics": {"x": 1.0},
+    }
+    path = tmp_path / "g.jsonl"
+    assert skyrl.write_generator_output(path, out, ["a", "a"], global_step=2) == 2
+    written = lines(path)
+    assert written[1] == {
+        "global_step": 2,
+        "uid": "a",
+        "prompt_token_ids": [1],
+        "response_ids": [4],
+        "rewards": 0.0,
+        "loss_masks": [1],
+        "stop_reasons": "stop",
+        "is_last_step": True,
+        "trajectory_ids": {"instance_id": "a", "repetition_id": 1},
+    }
+    with pytest.raises(ValueError, match="uids has 1 entries for 2"):
+        skyrl.write_generator_output(path, out, ["a"])
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+GOOD = lines(STEPWISE)[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "rule"),
+    [
+        ({"loss_masks": [1, 1]}, "loss_masks", "has 2 values for 5 response_ids"),
+        ({"rewards": "abc"}, "rewards", "must be int or float or list"),
+        ({"rewards": [0.0, "x", 0.0, 0.0, 0.0]}, "rewards", "must be a number"),
+        ({"response_ids": [1, 2.5, 3, 4, 5]}, "response_ids", "must be a list of integers"),
+        ({"rollout_logprobs": [0.0]}, "rollout_logprobs", "has 1 values for 5 response_ids"),
+        ({"trajectory_ids": "q0_0"}, "trajectory_ids", "must be an object with instance_id and repetition_id"),
+        ({"is_last_step": "yes"}, "is_last_step", "must be true or false"),
+        ({"prompt_token_ids": None}, "prompt_token_ids", "missing"),
+    ],
+)
+def test_bad_generator_row_names_file_line_field(tmp_path, change, field, rule):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, **change}) + "\n")
+    with pytest.raises(SourceError) as exc:
+        read(path)
+    assert str(exc.value).startswith(f"{path}: line 2: field '{field}': {rule}")
+
+
+def test_bad_eval_line_and_unknown_record(tmp_path):
+    path = tmp_path / "ds.jsonl"
+    path.write_text(json.dumps({"input_prompt": "p", "output_response": "r", "score": None}) + "\n")
+    with pytest.raises(SourceError, match=r"ds.jsonl: line 1: field 'score': missing"):
+        read(path)
+    path.write_text('{"foo": 1}\n')
+    with pytest.raises(SourceError, match=r"line 1: neither a SkyRL eval dump line"):
+        read(path)
+    path.write_text("{not json\n")
+    with pytest.raises(SourceError, match=r"line 1: not valid JSON"):
+        read(path)
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", [EVALS, STEPWISE, BATCH])
+def test_cli_import_writes_a_valid_log(tmp_path, source):
+    out = tmp_path / "log.parquet"
+    import_json("skyrl", source, out=out)
+    table = pq.read_table(out).to_pylist()
+    expected = read(*(sorted(p for p in source.iterdir() if p.suffix == ".jsonl") if source.is_dir() else [source]))
+    assert len(table) == len(expected)
+    key = lambda r: (r["traj_id"], r["step_idx"])  # noqa: E731
+    for got, want in zip(sorted(table, key=key), sorted(expected, key=key)):
+        for col in ("group_id", "reward", "done", "prompt", "action", "prompt_token_ids", "action_token_ids"):
+            if col in want:
+                assert got[col] == want[col], col
+        if "extra" in want:
+            assert json.loads(got["extra"]) == want["extra"]
+    res = gaca("validate", out, "--for", "score")
+    assert res.exit_code == 0, res.output
+
+
+def test_cli_bad_input_one_error_line_and_no_output(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({**GOOD, "rewards": "abc"}) + "\n")
+    out = tmp_path / "log.parquet"
+    res = gaca("import", "--from", "skyrl", path, "-o", out)
+    line = error_line(res)
+    assert "rows.jsonl: line 1: field 'rewards'" in line
+    assert not out.exists()
+
+
+def test_cli_refuses_mixed_kinds(tmp_path):
+    out = tmp_path / "log.parquet"
+    res = gaca("import", "--from", "skyrl", EVALS, BATCH, "-o", out)
+    assert "generator_batch.jsonl: line 1: a generator output record after eval dump records" in error_line(res)
+    assert not out.exists()
