@@ -194,7 +194,7 @@ BAD = [
     (
         "a chat prompt with a plain-text completion",
         lambda t: _replace(t, "prompt", [[{"role": "user", "content": "hi"}]] * 6),
-        "row 0: field 'completion': must be a string or a list of chat messages",
+        "row 0: field 'completion': must be a list of chat messages ({'role': ..., 'content': ...}) when the prompt is one",
     ),
     (
         "a prompt that is neither",
@@ -210,6 +210,14 @@ def test_a_bad_table_names_file_row_and_field(tmp_path, change, message):
     with pytest.raises(GacaError) as err:
         read([path], WEIGHTS)
     assert str(err.value).startswith(f"{path}: {message}"), str(err.value)
+
+
+def test_a_table_without_reward_columns_is_an_error(tmp_path):
+    path = write_like(
+        tmp_path / "completions_00002.parquet", _standard_table().drop_columns([*REWARD_COLUMNS, "verdict"])
+    )
+    with pytest.raises(GacaError, match="no reward function column between 'completion' and 'advantage'"):
+        read([path])
 
 
 def test_a_file_that_is_not_parquet_is_an_error(tmp_path):

@@ -128,11 +128,9 @@ def _columns(record: Mapping[str, Any], path: Path, n_weights: int | None) -> tu
     return rewards, [n for n in names if n not in fixed]
 
 
-def _messages(value: Any, path: Path, where: str, key: str) -> list[Mapping[str, Any]]:
+def _messages(value: Any, path: Path, where: str, key: str, rule: str) -> list[Mapping[str, Any]]:
     if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
-        raise SourceError(
-            path, where, key, "must be a string or a list of chat messages ({'role': ..., 'content': ...})"
-        )
+        raise SourceError(path, where, key, rule)
     return value
 
 
@@ -193,8 +191,9 @@ def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[d
         if not isinstance(completion, str):
             raise SourceError(path, where, COMPLETION, "must be a string when the prompt is a string")
         return [{PROMPT: prompt, "action": completion}], {}
-    prompt_messages = _messages(prompt, path, where, PROMPT)
-    completion_messages = _messages(completion, path, where, COMPLETION)
+    chat = "a list of chat messages ({'role': ..., 'content': ...})"
+    prompt_messages = _messages(prompt, path, where, PROMPT, f"must be a string or {chat}")
+    completion_messages = _messages(completion, path, where, COMPLETION, f"must be {chat} when the prompt is one")
     context = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in prompt_messages]
     steps = [{"messages": context + before, "action": text} for before, text, _ in split_chat(completion_messages)]
     if not steps:
