@@ -1,0 +1,290 @@
+"""`--from rllm`: rLLM's saved episodes (Episode -> Trajectory -> Step), one row per Step.
+
+rLLM (rllm-org/rllm; not on the package index) saves an episode as one JSON file in two ways:
+
+- `EpisodeLogger.log_episode` (`rllm/utils/episode_logger.py`, what the trainer runs with
+  `trainer.log_episodes=true`) writes `<episode_log_dir>/episodes/<mode>_step_<n>_epoch_<e>/
+  episode_hash<task hash>_id<episode id>.json`: `training_step`, `epoch`, `episode_id`, `task`,
+  `task_hash`, `is_correct`, `termination_reason`, `metrics`, `timing` and `trajectories`
+  (`name`, `uid`, `reward`, `num_steps`, `timing`, `steps`: `observation`, `thought`,
+  `action`, `reward`, `done`, `model_response`, `chat_completions`, `timing`); newer
+  versions add `session_id` and `metadata`. `batch_summary.json` beside them is not an episode.
+- `Episode.to_dict()` (`rllm/agents/agent.py`) gives `id`, `task`, `termination_reason`,
+  `is_correct`, `trajectories` (`uid`, `name`, `task`, `reward`, `info`, `steps` with, besides
+  the fields above, `prompt_ids`, `response_ids`, `logprobs`, `model_output`, `info`,
+  `mc_return`, `advantage`, `weight_version`), `metrics` and `info`.
+
+An rLLM step is one model call: its `chat_completions` is the chat up to and including the
+model's answer, so the context is every message before the last and the action is the last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    action_text,
+    number,
+    read_json,
+    text_of,
+)
+
+INFO = FormatInfo(
+    name="rllm",
+    summary="rLLM saved episodes (EpisodeLogger's episodes/<mode>_step_<n>_epoch_<e>/*.json, or Episode.to_dict()): one row per Step",
+    suffixes=(".json",),
+    carries="per-step chats, rewards and done flags, observations, trajectory rewards, task ids; "
+    "token ids and log-probs from Episode.to_dict()",
+    lacks="anchors under that name (the observation is kept: --map anchor_obs=observation); "
+    "token ids and log-probs in EpisodeLogger files",
+    source="rllm-org/rllm: rllm/utils/episode_logger.py @ f56cb74 (EpisodeLogger.log_episode), "
+    "rllm/agents/agent.py @ 1da0085 (Step/Trajectory/Episode.to_dict)",
+    mapped={
+        "messages": "steps[].chat_completions without its last message (the model's answer)",
+        "action": "the last message of chat_completions (its text, then tool calls as JSON); model_response when "
+        "the chat does not end with the answer",
+        "reward": "steps[].reward",
+        "episode_reward": "trajectories[].reward (when set)",
+        "done": "steps[].done",
+        "prompt_token_ids": "steps[].prompt_ids (to_dict)",
+        "action_token_ids": "steps[].response_ids (to_dict)",
+        "behavior_logprobs": "steps[].logprobs (to_dict)",
+        "observation": "steps[].observation (text; JSON for an object)",
+        "parsed_action": "steps[].action, the action the agent parsed from the answer",
+        "thought": "steps[].thought",
+        "model_response": "steps[].model_response",
+        "mc_return": "steps[].mc_return (to_dict)",
+        "weight_version": "steps[].weight_version (to_dict)",
+        "source_advantage": "steps[].advantage (to_dict; a per-token list goes to extra)",
+        "success": "is_correct",
+        "episode_id": "episode_id (to_dict: id)",
+        "traj_name": "trajectories[].name",
+        "traj_uid": "trajectories[].uid",
+        "termination_reason": "termination_reason",
+        "training_step": "training_step (EpisodeLogger)",
+        "epoch": "epoch (EpisodeLogger)",
+        "task_hash": "task_hash (EpisodeLogger)",
+        "session_id": "session_id (newer EpisodeLogger)",
+        "extra": "{episode: task, metrics, timing, info, metadata; trajectory: timing, task, info; "
+        "step: timing, info, model_output}",
+    },
+    derived={
+        "group_id": "DIR/<task id>:<trajectory name>: the rollouts of one task (the episode id before ':') "
+        "by one agent, among the episodes of one directory (EpisodeLogger: one training step)",
+        "traj_id": "FILE:t<k>, the k-th trajectory of the episode file",
+        "step_idx": "the step's position in its trajectory",
+    },
+)
+
+#: the file EpisodeLogger.log_episodes_batch writes beside the episodes
+SUMMARY = "batch_summary.json"
+
+EPISODE_KEYS = {"id", "episode_id", "trajectories", "is_correct", "termination_reason", "training_step", "epoch"}
+EPISODE_COLUMNS = ("termination_reason", "training_step", "epoch", "task_hash", "session_id")
+TRAJECTORY_KEYS = {"name", "uid", "reward", "steps"}
+STEP_KEYS = {
+    "chat_completions",
+    "model_response",
+    "reward",
+    "done",
+    "observation",
+    "action",
+    "thought",
+    "prompt_ids",
+    "response_ids",
+    "logprobs",
+    "mc_return",
+    "advantage",
+    "weight_version",
+}
+
+
+def _text(value: Any) -> str | None:
+    """A field as text: a string as it is, anything else as sorted JSON, None kept."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def _rest(record: Mapping[str, Any], used: set[str], row: dict[str, Any], extra: dict[str, Any]) -> None:
+    """The record's other fields: scalars become columns (unless the row has that name),
+    the rest goes to `extra` (empty objects and lists left out)."""
+    for key, value in record.items():
+        if key in used:
+            continue
+        if (value is None or isinstance(value, (str, int, float, bool))) and key not in row:
+            row[key] = value
+        elif value not in ({}, [], None):
+            extra[key] = value
+
+
+def _group_of(episode_id: str, episode: Mapping[str, Any]) -> str:
+    """The task id: the episode id before ':' (rLLM's `{task_id}:{rollout_idx}`), else the
+    task's hash."""
+    if ":" in episode_id:
+        return episode_id.rsplit(":", 1)[0]
+    if isinstance(episode.get("task_hash"), str):
+        return episode["task_hash"]
+    task = json.dumps(episode.get("task"), sort_keys=True, default=str)
+    return hashlib.sha256(task.encode("utf-8")).hexdigest()[:8]
+
+
+def _ints(value: Any, path: Path, where: str, key: str) -> list[int] | None:
+    """A token id list, None when empty or when it holds something else than ints (tinker's
+    image blocks: then it is kept in extra)."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise SourceError(path, where, key, f"must be a list of token ids, got {type(value).__name__}")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return value
+    return None
+
+
+def _context_and_action(step: Mapping[str, Any], path: Path, where: str) -> tuple[list[dict[str, str]], str]:
+    chat = step.get("chat_completions")
+    if chat is None:
+        chat = []
+    if not isinstance(chat, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in chat):
+        raise SourceError(
+            path, where, "chat_completions", "must be a list of chat messages ({'role': ..., 'content': ...})"
+        )
+    context = [
+        {"role": m["role"], "content": action_text(m) if m["role"] == "assistant" else text_of(m.get("content"))}
+        for m in chat
+    ]
+    if chat and chat[-1]["role"] == "assistant":
+        return context[:-1], context[-1]["content"]
+    response = step.get("model_response")
+    if not chat and not response:
+        raise SourceError(path, where, "chat_completions", "empty, and no model_response: the step has no action")
+    if response is not None and not isinstance(response, str):
+        raise SourceError(path, where, "model_response", f"must be text, got {type(response).__name__}")
+    return context, response or ""
+
+
+def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    if not isinstance(step, Mapping):
+        raise SourceError(path, where, None, f"a step must be an object, got {type(step).__name__}")
+    messages, action = _context_and_action(step, path, where)
+    if step.get("reward") is None:
+        raise SourceError(path, where, "reward", "missing")
+    done = step.get("done", False)
+    if not isinstance(done, bool):
+        raise SourceError(path, where, "done", f"must be true or false, got {done!r:.40}")
+    row: dict[str, Any] = {
+        "reward": number(step["reward"], path, where, "reward"),
+        "done": done,
+        "messages": messages,
+        "action": action,
+        "observation": _text(step.get("observation")),
+        "parsed_action": _text(step.get("action")),
+    }
+    for key in ("thought", "model_response"):
+        if key in step:
+            row[key] = _text(step[key])
+    for key in ("mc_return", "weight_version"):
+        if step.get(key) is not None:
+            row[key] = step[key]
+    extra: dict[str, Any] = {}
+    advantage = step.get("advantage")
+    if isinstance(advantage, list):
+        extra["advantage"] = advantage
+    elif advantage is not None:
+        row["advantage"] = number(advantage, path, where, "advantage")  # the import keeps it as source_advantage
+    prompt_ids = _ints(step.get("prompt_ids"), path, where, "prompt_ids")
+    response_ids = _ints(step.get("response_ids"), path, where, "response_ids")
+    if prompt_ids is not None:
+        row["prompt_token_ids"] = prompt_ids
+    elif step.get("prompt_ids"):
+        extra["prompt_ids"] = step["prompt_ids"]
+    if response_ids is not None:
+        row["action_token_ids"] = response_ids
+    logprobs = step.get("logprobs")
+    if logprobs:
+        if not isinstance(logprobs, list):
+            raise SourceError(path, where, "logprobs", f"must be a list of numbers, got {type(logprobs).__name__}")
+        if response_ids is None or len(logprobs) != len(response_ids):
+            n = 0 if response_ids is None else len(response_ids)
+            raise SourceError(path, where, "logprobs", f"has {len(logprobs)} values for {n} response_ids")
+        row["behavior_logprobs"] = [number(v, path, where, "logprobs") for v in logprobs]
+    output = step.get("model_output")
+    if isinstance(output, Mapping):
+        # the token lists it repeats are the step's own; the rest is kept
+        same = {"prompt_ids": prompt_ids, "completion_ids": response_ids, "logprobs": logprobs}
+        output = {k: v for k, v in output.items() if not (k in same and v == same[k])}
+    _rest(step, STEP_KEYS | {"model_output"}, row, extra)
+    if output:
+        extra["model_output"] = output
+    return row, extra
+
+
+def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
+    if not isinstance(record, Mapping):
+        raise SourceError(path, None, None, f"expected an episode (a JSON object), got {type(record).__name__}")
+    id_key = "episode_id" if "episode_id" in record else "id"
+    episode_id = record.get(id_key)
+    if not isinstance(episode_id, str):
+        raise SourceError(path, None, "episode_id", f"missing or not a string, got {episode_id!r:.40}")
+    trajectories = record.get("trajectories")
+    if not isinstance(trajectories, list):
+        raise SourceError(path, None, "trajectories", "missing or not a list")
+    is_correct = record.get("is_correct")
+    if is_correct is not None and not isinstance(is_correct, bool):
+        raise SourceError(path, None, "is_correct", f"must be true or false, got {is_correct!r:.40}")
+    episode_row: dict[str, Any] = {"episode_id": episode_id, "success": is_correct}
+    for key in EPISODE_COLUMNS:
+        if key in record:
+            episode_row[key] = record[key]
+    episode_extra: dict[str, Any] = {}
+    _rest(record, EPISODE_KEYS | set(EPISODE_COLUMNS), episode_row, episode_extra)
+    task_id = _group_of(episode_id, record)
+    for k, trajectory in enumerate(trajectories):
+        where = f"trajectories[{k}]"
+        if not isinstance(trajectory, Mapping):
+            raise SourceError(path, where, None, f"a trajectory must be an object, got {type(trajectory).__name__}")
+        name = trajectory.get("name")
+        if not isinstance(name, str):
+            raise SourceError(path, where, "name", f"missing or not a string, got {name!r:.40}")
+        steps = trajectory.get("steps")
+        if not isinstance(steps, list) or not steps:
+            raise SourceError(path, where, "steps", "missing or empty: a trajectory needs at least one step")
+        traj_row: dict[str, Any] = {"traj_name": name, "traj_uid": _text(trajectory.get("uid"))}
+        if trajectory.get("reward") is not None:
+            traj_row["episode_reward"] = number(trajectory["reward"], path, where, "reward")
+        traj_extra: dict[str, Any] = {}
+        _rest(trajectory, TRAJECTORY_KEYS, traj_row, traj_extra)
+        for i, step in enumerate(steps):
+            step_row, step_extra = _step_row(step, path, f"{where}.steps[{i}]")
+            row = {
+                "group_id": f"{path.parent}/{task_id}:{name}",
+                "traj_id": f"{path}:t{k}",
+                "step_idx": i,
+                **step_row,
+            }
+            for key, value in {**traj_row, **episode_row}.items():
+                row.setdefault(key, value)
+            extra = {
+                level: part
+                for level, part in (("episode", episode_extra), ("trajectory", traj_extra), ("step", step_extra))
+                if part
+            }
+            if extra:
+                row["extra"] = extra
+            yield row
+
+
+def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
+    """One row per Step of every trajectory of every episode file (one small JSON document
+    each); `batch_summary.json` is passed over."""
+    for path in files:
+        if path.name == SUMMARY:
+            continue
+        yield from _episode(path, read_json(path))

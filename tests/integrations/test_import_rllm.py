@@ -1,0 +1,270 @@
+"""`--from rllm`: the rows read from episodes rLLM's own serialisers wrote (tests/data/rllm/:
+EpisodeLogger files and Episode.to_dict() dumps), checked value by value against the files read
+here with json, and the command end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gaca_cli.cli import app
+from gaca_cli.errors import GacaError
+from gaca_cli.integrations.imports import rllm
+from gaca_cli.integrations.imports.base import ImportOptions, expand_sources
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "rllm"
+LOGGED = DATA / "episodes" / "train_step_3_epoch_0"
+TO_DICT = DATA / "to_dict"
+runner = CliRunner()
+
+
+def read(*sources: Path) -> list[dict]:
+    return list(rllm.read(expand_sources(sources, rllm.INFO.suffixes), ImportOptions()))
+
+
+def episode_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.json") if p.name != "batch_summary.json")
+
+
+def text(content) -> str:
+    return "" if content is None else content
+
+
+def check_step(row: dict, step: dict) -> None:
+    """The columns both kinds of file give, against the step's JSON."""
+    chat = step["chat_completions"]
+    assert chat[-1]["role"] == "assistant"
+    assert row["messages"] == [{"role": m["role"], "content": text(m["content"])} for m in chat[:-1]]
+    assert row["action"] == chat[-1]["content"]
+    assert row["reward"] == step["reward"]
+    assert row["done"] is step["done"]
+    assert row["observation"] == step["observation"]
+    assert row["parsed_action"] == step["action"]
+    assert row["thought"] == step["thought"]
+    assert row["model_response"] == step["model_response"]
+
+
+def test_every_value_of_the_episode_logger_files():
+    files = episode_files(LOGGED)
+    rows = read(LOGGED)
+    assert len(rows) == sum(len(t["steps"]) for f in files for t in json.loads(f.read_text())["trajectories"])
+    for path in files:
+        episode = json.loads(path.read_text())
+        task_id = episode["episode_id"].split(":")[0]
+        for k, trajectory in enumerate(episode["trajectories"]):
+            steps = [r for r in rows if r["traj_id"] == f"{path}:t{k}"]
+            assert [r["step_idx"] for r in steps] == list(range(len(trajectory["steps"])))
+            for row, step in zip(steps, trajectory["steps"]):
+                check_step(row, step)
+                assert row["group_id"] == f"{LOGGED}/{task_id}:{trajectory['name']}"
+                assert row["episode_reward"] == trajectory["reward"]
+                assert row["traj_name"] == trajectory["name"]
+                assert row["traj_uid"] == trajectory["uid"]
+                assert row["num_steps"] == trajectory["num_steps"]
+                assert row["episode_id"] == episode["episode_id"]
+                assert row["success"] is episode["is_correct"]
+                for key in ("termination_reason", "training_step", "epoch", "task_hash"):
+                    assert row[key] == episode[key]
+                assert "prompt_token_ids" not in row and "behavior_logprobs" not in row
+                extra = row["extra"]
+                assert extra["episode"]["task"] == episode["task"]
+                assert extra["episode"]["metrics"] == episode["metrics"]
+                assert extra["episode"].get("timing") == (episode["timing"] or None)
+                assert extra.get("trajectory", {}).get("timing") == (trajectory["timing"] or None)
+                assert extra.get("step", {}).get("timing") == (step["timing"] or None)
+
+
+def test_every_value_of_the_to_dict_files():
+    rows = read(TO_DICT)
+    for path in episode_files(TO_DICT):
+        episode = json.loads(path.read_text())
+        for k, trajectory in enumerate(episode["trajectories"]):
+            steps = [r for r in rows if r["traj_id"] == f"{path}:t{k}"]
+            assert len(steps) == len(trajectory["steps"])
+            for row, step in zip(steps, trajectory["steps"]):
+                check_step(row, step)
+                assert row["group_id"] == f"{TO_DICT}/{episode['id'].split(':')[0]}:{trajectory['name']}"
+                assert row["episode_id"] == episode["id"]
+                assert row["success"] is episode["is_correct"]
+                assert row["termination_reason"] == episode["termination_reason"]
+                assert row["episode_reward"] == trajectory["reward"]
+                assert row.get("prompt_token_ids") == (step["prompt_ids"] or None)
+                assert row.get("action_token_ids") == (step["response_ids"] or None)
+                assert row.get("behavior_logprobs") == (step["logprobs"] or None)
+                assert row.get("advantage") == step["advantage"]
+                assert row["mc_return"] == step["mc_return"]
+                assert row.get("weight_version") == step["weight_version"]
+                extra = row["extra"]
+                assert extra["episode"]["task"] == episode["task"]
+                assert extra["episode"].get("info") == (episode["info"] or None)
+                assert extra.get("trajectory", {}).get("task") == trajectory["task"]
+                assert extra.get("step", {}).get("info") == (step["info"] or None)
+
+
+def test_groups_are_one_task_and_one_agent():
+    """Three FrozenLake rollouts form one group; the solver/judge episodes give one group per role."""
+    rows = read(TO_DICT)
+    groups: dict[str, set[str]] = {}
+    for row in rows:
+        groups.setdefault(row["group_id"], set()).add(row["traj_id"])
+    assert {g.rsplit("/", 1)[1]: len(t) for g, t in groups.items()} == {
+        "lake-3:frozenlake_agent": 3,
+        "math-17:solver": 2,
+        "math-17:judge": 2,
+    }
+
+
+def test_both_files_of_an_episode_agree():
+    """The logger's file and to_dict's of the same episode give the same chat, rewards and flags."""
+    columns = ("step_idx", "reward", "done", "messages", "action", "observation", "parsed_action", "episode_reward")
+    logged = {(r["episode_id"], r["traj_name"], r["step_idx"]): r for r in read(LOGGED)}
+    dumped = {(r["episode_id"], r["traj_name"], r["step_idx"]): r for r in read(TO_DICT)}
+    assert logged.keys() == dumped.keys()
+    for key, row in logged.items():
+        assert {c: row[c] for c in columns} == {c: dumped[key][c] for c in columns}
+
+
+def test_the_cut_off_rollout_has_no_done_step():
+    rows = [r for r in read(TO_DICT) if r["episode_id"] == "lake-3:2"]
+    assert [r["done"] for r in rows] == [False, False]
+    assert rows[0]["termination_reason"] == "max_turns_exceeded" and rows[0]["success"] is False
+
+
+def test_batch_summary_is_passed_over():
+    assert read(LOGGED / "batch_summary.json") == []
+
+
+def test_newer_logger_fields_are_kept(tmp_path):
+    """EpisodeLogger at 0de8298 adds `session_id` and `metadata`: a column and an extra entry."""
+    episode = json.loads(episode_files(LOGGED)[0].read_text())
+    episode["session_id"] = "sess-9"
+    episode["metadata"] = {"sampler": "vllm"}
+    path = tmp_path / "episode.json"
+    path.write_text(json.dumps(episode))
+    row = read(path)[0]
+    assert row["session_id"] == "sess-9"
+    assert row["extra"]["episode"]["metadata"] == {"sampler": "vllm"}
+
+
+def test_a_chat_without_the_answer_takes_model_response(tmp_path):
+    episode = json.loads((TO_DICT / "math-17_0.json").read_text())
+    step = episode["trajectories"][0]["steps"][0]
+    step["chat_completions"] = step["chat_completions"][:-1]
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(episode))
+    row = read(path)[0]
+    assert row["messages"] == [{"role": "user", "content": "What is 17 + 25?"}]
+    assert row["action"] == step["model_response"] == "42"
+
+
+def _broken(tmp_path: Path, change) -> Path:
+    episode = json.loads((TO_DICT / "lake-3_1.json").read_text())
+    change(episode)
+    path = tmp_path / "lake-3_1.json"
+    path.write_text(json.dumps(episode))
+    return path
+
+
+def _step(e: dict, i: int = 1) -> dict:
+    return e["trajectories"][0]["steps"][i]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda e: e.pop("id"), "field 'episode_id': missing or not a string"),
+        (lambda e: e.update(trajectories={}), "field 'trajectories': missing or not a list"),
+        (lambda e: e.update(is_correct="yes"), "field 'is_correct': must be true or false"),
+        (lambda e: e["trajectories"][0].update(steps=[]), "trajectories[0]: field 'steps': missing or empty"),
+        (lambda e: e["trajectories"][0].update(reward="high"), "trajectories[0]: field 'reward': must be a number"),
+        (lambda e: _step(e).pop("reward"), "trajectories[0].steps[1]: field 'reward': missing"),
+        (lambda e: _step(e).update(done=1), "trajectories[0].steps[1]: field 'done': must be true or false"),
+        (
+            lambda e: _step(e).update(chat_completions="hello"),
+            "trajectories[0].steps[1]: field 'chat_completions': must be a list of chat messages",
+        ),
+        (
+            lambda e: _step(e).update(chat_completions=[], model_response=""),
+            "trajectories[0].steps[1]: field 'chat_completions': empty, and no model_response",
+        ),
+        (
+            lambda e: _step(e).update(logprobs=[-0.1]),
+            "trajectories[0].steps[1]: field 'logprobs': has 1 values for 2 response_ids",
+        ),
+        (
+            lambda e: _step(e, 2).update(prompt_ids="1 2 3"),
+            "trajectories[0].steps[2]: field 'prompt_ids': must be a list of token ids",
+        ),
+    ],
+)
+def test_a_bad_episode_names_file_place_and_field(tmp_path, change, message):
+    path = _broken(tmp_path, change)
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_a_file_that_is_not_json_names_its_line(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text('{\n  "id": "x:0",\n  "trajectories": [,]\n}\n')
+    with pytest.raises(GacaError, match=r"e\.json: line 3: not valid JSON"):
+        read(path)
+
+
+# --- the command end to end -------------------------------------------------------------
+
+
+def test_gaca_import_from_rllm_end_to_end(tmp_path):
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "rllm", str(TO_DICT), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert (summary["rows"], summary["trajectories"], summary["groups"]) == (11, 7, 3)
+    got = sorted(pq.read_table(out).to_pylist(), key=lambda r: (r["traj_id"], r["step_idx"]))
+    want = sorted(read(TO_DICT), key=lambda r: (r["traj_id"], r["step_idx"]))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        for key in ("group_id", "reward", "episode_reward", "done", "messages", "action", "observation"):
+            assert a[key] == b[key]
+        assert a["action_token_ids"] == b.get("action_token_ids")
+        assert a["behavior_logprobs"] == (pytest.approx(b["behavior_logprobs"]) if "behavior_logprobs" in b else None)
+        assert a["source_advantage"] == b.get("advantage")
+        assert json.loads(a["extra"]) == b["extra"]
+
+
+def test_the_observation_is_gigpos_anchor_with_map(tmp_path):
+    """The FrozenLake rollouts log an observation at every step: `--map anchor_obs=observation`
+    gives GiGPO its step groups (the rollouts start on the same grid). The solver/judge
+    steps have none: the same command refuses the null anchors, naming the rows."""
+    lake = tmp_path / "lake.parquet"
+    res = runner.invoke(app, ["import", "--from", "rllm", str(TO_DICT / "lake-*.json"), "-o", str(lake)])
+    assert res.exit_code == 0, res.output
+    adv = tmp_path / "adv.parquet"
+    args = ["advantages", str(lake), "--method", "gigpo", "--map", "anchor_obs=observation", "-o", str(adv)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(adv).to_pylist()
+    first = [r["step_group_size"] for r in table if r["step_idx"] == 0]
+    # the start grid: step 0 of the three rollouts, and step 1 of the two that bumped into the
+    # lake's edge (LEFT, UP) and stayed where they were
+    assert first == [5, 5, 5]
+    everything = tmp_path / "all.parquet"
+    assert runner.invoke(app, ["import", "--from", "rllm", str(TO_DICT), "-o", str(everything)]).exit_code == 0
+    res = runner.invoke(app, ["advantages", str(everything), "--method", "gigpo", "--map", "anchor_obs=observation"])
+    assert res.exit_code == 1
+    assert "column 'observation': must not be null" in res.output
+
+
+def test_gaca_import_from_rllm_bad_input_writes_nothing(tmp_path):
+    path = _broken(tmp_path, lambda e: _step(e).pop("reward"))
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "rllm", str(path), "-o", str(out)])
+    assert res.exit_code == 1
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: {path}: trajectories[0].steps[1]: field 'reward': missing"]
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [path]
