@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from gaca_cli.advantages.config import AdvantagesConfig
@@ -119,11 +120,11 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     )
     n = _check_shapes(token_level_rewards, step_rewards, response_mask, old_log_prob, anchor_obs, index, traj_index)
     with torch.no_grad():
-        mask = response_mask.bool()
         row_score = _f64(token_level_rewards.sum(dim=-1))  # verl-agent's episode score, summed in its dtype
-        log_prob = torch.where(mask, old_log_prob.to(torch.float64), 0.0)
-        nll = _f64(-log_prob.sum(dim=-1))
-        n_tokens = _f64(mask.sum(dim=-1))
+        on_response = response_mask.bool()
+        log_prob = torch.where(on_response, old_log_prob, 0.0)  # masked values never count, not even NaN
+        nll = -_f64(log_prob.sum(dim=-1, dtype=torch.float64))
+        n_tokens = _f64(on_response.sum(dim=-1))
     with np.errstate(invalid="ignore", divide="ignore"):
         u = nll / n_tokens if nll_reduce == "mean" else nll
     u[n_tokens == 0] = np.nan  # no action tokens: z_t = 0
@@ -149,36 +150,49 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     )
     advantage = torch.from_numpy(gaca(rollouts, config).advantage)
     advantage = advantage.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
-    scores = advantage.unsqueeze(-1) * response_mask.to(advantage.dtype)
+    scores = advantage.unsqueeze(-1) * on_response
     return scores, scores
 
 
 def _batch_log(returns_to_go: np.ndarray, anchor_obs: Any, index: Any, traj_index: Any, text_needed: bool) -> Log:
     """The batch as an in-memory log (see the module's table): rows in batch order."""
-    traj = np.asarray(traj_index).astype(str)
-    _, traj_code = np.unique(traj, return_inverse=True)
+    traj = _ids(traj_index, "traj_index")
+    traj_code = pc.dictionary_encode(traj).indices.to_numpy()
     by_traj = np.argsort(traj_code, kind="stable")  # each trajectory's rows in batch order
     count = np.bincount(traj_code)
     step = np.empty(len(traj), dtype=np.int64)
     step[by_traj] = np.arange(len(traj), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
     columns = {
-        C.GROUP_ID: pa.array(np.asarray(index).astype(str)),
-        C.TRAJ_ID: pa.array(traj),
+        C.GROUP_ID: _ids(index, "index"),
+        C.TRAJ_ID: traj,
         C.STEP_IDX: pa.array(step),
         C.REWARD: pa.array(returns_to_go),
     }
     anchors = list(np.asarray(anchor_obs, dtype=object).reshape(-1))
-    if all(isinstance(a, str) for a in anchors):
+    try:
         columns[C.ANCHOR_OBS] = pa.array(anchors, pa.string())
-    elif text_needed:
-        raise GacaError(
-            "similarity grouping compares text anchors; anchor_obs holds other values", file=SOURCE, column="anchor_obs"
-        )
-    else:  # arrays, numbers, dicts: equal values share a key, as verl-agent groups them
-        keys: dict[object, int] = {}
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        if text_needed:
+            raise GacaError(
+                "similarity grouping compares text anchors; anchor_obs holds other values",
+                file=SOURCE,
+                column="anchor_obs",
+            ) from None
+        keys: dict[object, int] = {}  # arrays, numbers, dicts: equal values share a key, as verl-agent groups them
         columns[C.ANCHOR_KEY] = pa.array([keys.setdefault(_hashable(a), len(keys)) for a in anchors], pa.int64())
     table = pa.table(columns)
     return Log(table=table, files=(SOURCE,), file_row_ends=np.array([table.num_rows], dtype=np.int64))
+
+
+def _ids(values: Any, name: str) -> pa.Array:
+    """uids as an Arrow column: text (verl-agent's uuids) or integers."""
+    try:
+        ids = pa.array(list(np.asarray(values, dtype=object).reshape(-1)))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        ids = None
+    if ids is None or not (pa.types.is_string(ids.type) or pa.types.is_integer(ids.type)) or ids.null_count:
+        raise GacaError(f"{name} must hold text or integer ids, none missing", file=SOURCE, column=name)
+    return ids
 
 
 def _hashable(value: Any) -> object:
