@@ -3,7 +3,14 @@
 Every view is a JSON-ready dict (Python floats, ints, strings, bools and None; never NaN):
 the terminal view (`inspect_view.py`) renders it and `--json` prints it unchanged, so the two
 always hold the same fields. Arrays are kept in the canonical (traj_id, step_idx) order of
-`gaca_cli.log.index.TrajectoryIndex`; text columns are only read for the rows a view shows.
+`gaca_cli.log.index.TrajectoryIndex`; the action and anchor text is read from the files only
+for the rows a view shows.
+
+Start-up is most of what a user waits for (`bench/startup.py`), so this module asks pyarrow
+for no conversion from Python or numpy objects (`pa.array`, `pa.scalar`): pyarrow answers
+each by first asking whether the object is a pandas one, which imports pandas where it is
+installed (~0.2 s). Gathers run in numpy, and the few Arrow indices needed are made from
+numpy buffers (`_arrow_indices`).
 
 Conventions used by every view:
 - a step is *critical* when its criticality z_t ≥ CRITICAL_Z (its NLL is at least one
@@ -22,17 +29,17 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from gaca_cli.advantages.config import METHODS, AdvantagesConfig
-from gaca_cli.advantages.estimators import standardize_in_scopes
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column
 from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.grouping import dense_rank, plain
+from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log, read_log
+from gaca_cli.log.io import Log, expand_inputs, read_log
 
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step
 N_BINS = 24  # bins of every histogram
@@ -42,9 +49,6 @@ SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, 
 #: the columns inspect reads (everything else, prompts and chats included, stays on disk)
 READ_COLUMNS = (
     *C.REQUIRED,
-    C.ACTION,
-    C.ANCHOR_KEY,
-    C.ANCHOR_OBS,
     C.EPISODE_REWARD,
     C.SUCCESS,
     C.BEHAVIOR_LOGPROBS,
@@ -54,6 +58,10 @@ READ_COLUMNS = (
     C.NLL_MEAN,
     *C.ADVANTAGES_OUTPUTS,
 )
+#: text shown only for the rows of a view: read from the files for those rows alone (a log of
+#: plain Parquet files; one with a directory reads them with the other columns). The log
+#: checks need no more of them than their type and null count, which the footers give.
+SHOWN_TEXT = (C.ACTION, C.ANCHOR_KEY, C.ANCHOR_OBS)
 
 #: numeric output columns of `gaca advantages`, in the order a step record lists them
 _NUMERIC_OUTPUTS = (
@@ -119,9 +127,23 @@ class AnnotatedLog:
 # --------------------------------------------------------------------------- loading
 
 
+def _arrow_indices(rows: np.ndarray) -> pa.Array:
+    """int64 indices for Arrow's `take`, over the numpy array's own buffer. `pa.array(rows)`
+    gives the same array but asks pyarrow's pandas shim first (see the module's docstring)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(rows), [None, pa.py_buffer(rows)])
+
+
 def _float_sorted(log: Log, index: TrajectoryIndex, name: str) -> np.ndarray:
-    arr = index.sorted_column(log.table, name).cast(pa.float64())
-    return arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    """A numeric column as float64 [N] in canonical order (nulls become NaN)."""
+    values = plain(log.table.column(name)).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return index.in_step_order(values.astype(np.float64, copy=False))
+
+
+def _id_texts(log: Log, name: str, rows: np.ndarray) -> tuple[str, ...]:
+    """The ids in column `name` at the given file rows, as text."""
+    values = plain(log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
+    return tuple(str(v) for v in values)
 
 
 def _advantages_metadata(log: Log) -> dict | None:
@@ -162,10 +184,10 @@ def _traj_success(log: Log, index: TrajectoryIndex) -> np.ndarray | None:
     failure, NaN where the column is null throughout (or not boolean / numeric)."""
     if C.SUCCESS not in log.table.column_names:
         return None
-    col = index.sorted_column(log.table, C.SUCCESS)
+    col = plain(log.table.column(C.SUCCESS))
     if not (pa.types.is_boolean(col.type) or pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         return None
-    v = col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    v = index.in_step_order(col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False))
     known = ~np.isnan(v)
     n_known = np.bincount(index.traj, known.astype(np.float64), minlength=index.n_traj)
     n_true = np.bincount(index.traj, (known & (np.nan_to_num(v) > 0)).astype(np.float64), minlength=index.n_traj)
@@ -177,8 +199,9 @@ def annotate(log: Log) -> AnnotatedLog:
     the arrays the views need."""
     index, _ = prepare_log(log, "inspect", anchor_warnings=False)  # inspect shows no warnings
     table = log.table
-    _, traj_values = dense_rank(table.column(C.TRAJ_ID))
-    _, group_values = dense_rank(table.column(C.GROUP_ID))
+    # the ids of the index's trajectories and groups (canonical codes), from their first rows
+    first_rows = index.rows(index.traj_start)
+    group_heads = np.searchsorted(index.traj_group, np.arange(index.n_groups))  # traj_group is sorted
     meta = _advantages_metadata(log)
     method = meta.get("method") if meta else None
     method = method or _method_from_column(log)
@@ -195,6 +218,8 @@ def annotate(log: Log) -> AnnotatedLog:
     if nll is not None:
         values["nll"] = nll
         if not z_from_file:
+            from gaca_cli.advantages.estimators import standardize_in_scopes
+
             values[C.NLL_Z] = standardize_in_scopes(nll, index.traj, index.n_traj)[0]
     if C.EPISODE_REWARD in table.column_names:
         traj_return = _float_sorted(log, index, C.EPISODE_REWARD)[index.traj_start]
@@ -203,8 +228,8 @@ def annotate(log: Log) -> AnnotatedLog:
     return AnnotatedLog(
         log=log,
         index=index,
-        traj_ids=tuple(str(v) for v in traj_values.to_pylist()),
-        group_ids=tuple(str(v) for v in group_values.to_pylist()),
+        traj_ids=_id_texts(log, C.TRAJ_ID, first_rows),
+        group_ids=_id_texts(log, C.GROUP_ID, first_rows[group_heads]),
         method=method,
         params=params,
         written_by=written_by,
@@ -218,8 +243,11 @@ def annotate(log: Log) -> AnnotatedLog:
 
 
 def load_annotated(paths: Sequence[str], column_map: Mapping[str, str] | None = None) -> AnnotatedLog:
-    """Read an annotated log (only the columns inspect uses) and check it."""
-    return annotate(read_log(paths, column_map, columns=READ_COLUMNS))
+    """Read an annotated log (only the columns inspect uses, see READ_COLUMNS and
+    SHOWN_TEXT) and check it."""
+    plain_files = not any(is_dir for _, is_dir in expand_inputs(paths))
+    columns = READ_COLUMNS if plain_files else (*READ_COLUMNS, *SHOWN_TEXT)
+    return annotate(read_log(paths, column_map, columns=columns))
 
 
 # --------------------------------------------------------------------------- ids
@@ -304,11 +332,52 @@ def _int_or_none(x) -> int | None:
 
 
 def _texts(a: AnnotatedLog, name: str | None, positions: np.ndarray) -> list[str | None]:
-    if name is None or name not in a.log.table.column_names:
+    """The text of column `name` at the given positions (None where null or absent)."""
+    if name is None or name not in a.log.file_schema.names:
         return [None] * len(positions)
-    rows = pa.array(a.index.order[positions])
-    values = plain(a.log.table.column(name)).take(rows).to_pylist()
+    rows = a.index.rows(positions)
+    if name in a.log.table.column_names:
+        values = plain(a.log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
+    else:
+        values = read_rows(a.log, name, rows)
     return [None if v is None else str(v) for v in values]
+
+
+def read_rows(log: Log, name: str, rows: np.ndarray) -> list:
+    """The values of column `name` (canonical name) at the given rows of a log of plain
+    Parquet files, in the order of `rows`, read from the files: only the row groups that hold
+    them. A file without the column gives nulls."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out: list = [None] * len(rows)
+    column = log.original_name(name)
+    file_start = np.concatenate([[0], log.file_row_ends[:-1]])
+    file_of = np.searchsorted(log.file_row_ends, rows, side="right")
+    for f in np.unique(file_of).tolist():
+        at = np.flatnonzero(file_of == f)
+        path = log.files[f]
+        try:
+            with pq.ParquetFile(path) as parquet:
+                meta = parquet.metadata
+                if meta.num_rows != log.file_row_ends[f] - file_start[f]:
+                    raise GacaError("the input changed while it was being read; run again", file=path)
+                if column not in parquet.schema_arrow.names:
+                    continue
+                sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], dtype=np.int64)
+                local = rows[at] - file_start[f]
+                group_of = np.searchsorted(np.cumsum(sizes), local, side="right")
+                groups = np.unique(group_of)
+                # each row's place in the row groups read, one after the other
+                read_start = np.cumsum(sizes[groups]) - sizes[groups]
+                place = local - (np.cumsum(sizes) - sizes)[group_of] + read_start[np.searchsorted(groups, group_of)]
+                chunk = parquet.read_row_groups(groups.tolist(), columns=[column]).column(0)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            first = str(exc).strip().splitlines()
+            raise GacaError(
+                f"not a readable Parquet file ({first[0] if first else type(exc).__name__})", file=path
+            ) from None
+        for i, value in zip(at.tolist(), plain(chunk).take(_arrow_indices(place)).to_pylist(), strict=True):
+            out[i] = value
+    return out
 
 
 def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
@@ -316,7 +385,7 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
     can show. A field the file does not have is None."""
     positions = np.asarray(positions, dtype=np.int64)
     actions = _texts(a, C.ACTION, positions)
-    anchors = _texts(a, anchor_column(a.log.table.column_names), positions)
+    anchors = _texts(a, anchor_column(a.log.file_schema.names), positions)
     step = a.index.step
     traj = a.index.traj
     critical = a.critical
@@ -570,7 +639,18 @@ def recompute(a: AnnotatedLog, method: str):
     (the defaults where it records none): the estimator's arrays, in canonical order."""
     from gaca_cli.advantages.run import compute_advantages
 
-    return compute_advantages(a.log, _config_for(a, method)).result_at(a.index.order)
+    return compute_advantages(_with_anchors(a.log), _config_for(a, method)).result_at(a.index.order)
+
+
+def _with_anchors(log: Log) -> Log:
+    """`log` with its anchor column read (gigpo and gaca group steps by it; `load_annotated`
+    leaves it on disk), read once per log."""
+    name = anchor_column(log.file_schema.names)
+    if name is None or name in log.table.column_names:
+        return log
+    full = log.cached(("inspect", "with anchors"), lambda: log.with_columns([name]))
+    assert isinstance(full, Log)
+    return full
 
 
 def method_advantages(a: AnnotatedLog, methods: Sequence[str]) -> dict[str, np.ndarray]:

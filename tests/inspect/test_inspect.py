@@ -374,3 +374,52 @@ def test_long_output_goes_to_the_pager_on_a_terminal(monkeypatch):
     assert len(paged) == 1 and "short" in out.getvalue()
     V.print_paged(console, "\n".join(f"line {i}" for i in range(30)), use_pager=False)
     assert len(paged) == 1 and "line 29" in out.getvalue()
+
+
+# --------------------------------------------------------------------------- ids and text of the rows shown
+
+
+def test_ids_follow_the_index_when_group_and_trajectory_orders_disagree(tmp_path):
+    """Group "b" holds trajectories a1 and a2, group "a" holds z1 and z2: sorted by group, z1
+    comes first, sorted by trajectory id, a1 does. Each trajectory shown carries its own id,
+    group, length and return (read back from the file's rows)."""
+    spec = [("b", "a1", 3, 1.0), ("b", "a2", 1, 0.0), ("a", "z1", 2, 5.0), ("a", "z2", 2, -1.0)]
+    rows = [
+        {"group_id": g, "traj_id": t, "step_idx": s, "reward": r if s == n - 1 else 0.0, "anchor_obs": f"{g}-{s}"}
+        for g, t, n, r in spec
+        for s in range(n)
+    ]
+    src = tmp_path / "orders.parquet"
+    pq.write_table(pa.Table.from_pylist(rows[::-1]), src)
+    a = load_annotated([annotate_file(src, tmp_path / "orders.gigpo.parquet", method="gigpo")])
+    assert a.traj_ids == ("z1", "z2", "a1", "a2") and a.group_ids == ("a", "b")
+    for group, traj, length, ret in spec:
+        (shown,) = build_view(a, InspectConfig(traj=traj))["trajectories"]
+        assert (shown["traj_id"], shown["group_id"], shown["length"], shown["return"]) == (traj, group, length, ret)
+        assert [s["anchor"] for s in shown["steps"]] == [f"{group}-{s}" for s in range(length)]
+    assert [t["traj_id"] for t in build_view(a, InspectConfig(group="a"))["trajectories"]] == ["z1", "z2"]
+    assert build_view(a, InspectConfig())["example_ids"] == {"traj": "z1", "group": "a"}
+
+
+def test_text_is_read_from_the_files_for_the_rows_shown(tmp_path, files):
+    """The action and anchor text stays on disk until a view shows rows; then it comes from
+    the right rows of the right file, row group and page (three files, small row groups)."""
+    table = pq.read_table(files["gaca"])
+    cuts = [0, 100, 250, table.num_rows]
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"part{i}.parquet"
+        pq.write_table(table.slice(cuts[i], cuts[i + 1] - cuts[i]), path, row_group_size=17, data_page_size=512)
+        paths.append(str(path))
+    a = load_annotated(paths)
+    assert "action" not in a.log.table.column_names and "anchor_obs" not in a.log.table.column_names
+    expected = {(r["traj_id"], r["step_idx"]): (r["action"], r["anchor_obs"]) for r in table.to_pylist()}
+    for config in (InspectConfig(group="task-02"), InspectConfig(top=12, by="nll")):
+        view = build_view(a, config)
+        shown = [s for t in view["trajectories"] for s in t["steps"]] if "trajectories" in view else view["rows"]
+        assert len(shown) >= 12
+        for s in shown:
+            assert (s["action"], s["anchor"]) == expected[(s["traj_id"], s["step"])]
+    # recomputing gigpo groups steps by the anchors, which are then read in full
+    summary = build_view(a, InspectConfig(compare=("gaca", "gigpo")))["summary"]
+    assert summary[0]["method"] == "gaca" and "max_abs_diff_from_baseline" in summary[1]
