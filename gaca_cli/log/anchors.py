@@ -10,7 +10,7 @@ hashes and reads the text again from the files when candidates must be compared.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -23,7 +23,7 @@ from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log, _polars_reads
+from gaca_cli.log.io import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet
 
 if TYPE_CHECKING:
     import polars as pl
@@ -99,8 +99,10 @@ class StreamedAnchors(Anchors):
     """A text anchor column of plain Parquet files, left on disk.
 
     One pass reads the column in batches of about `BATCH_BYTES` of text (slices of rows,
-    read by polars) and hashes each batch with polars (the hash `PolarsAnchors` gives),
-    keeping 8 bytes per row. `equal_rows` compares the pairs whose hashes agree by reading
+    read by pyarrow, which verifies page checksums and reports a damaged page as an error)
+    and hashes each batch with polars (the hash `PolarsAnchors` gives), keeping 8 bytes per
+    row. Later reads (polars, which skips the pages outside the rows it wants) only read
+    files that pass has read whole, unchanged since (their size and modification time). `equal_rows` compares the pairs whose hashes agree by reading
     again only the batches that hold them: a pair inside one batch is compared there; for a
     pair spanning batches, the earlier row's text is copied out of its batch and kept until
     the batch holding the later row arrives. `values` reads the batches holding the rows
@@ -123,6 +125,7 @@ class StreamedAnchors(Anchors):
         self.n_rows = int(sum(file_rows))
         per_row = max(1, nbytes // max(1, self.n_rows))
         size = max(1, (BATCH_BYTES if batch_bytes is None else batch_bytes) // per_row)
+        self._size = size  # rows per batch (the last batch of each file may be shorter)
         # batches: rows [start[k], start[k + 1]) of the log, inside file batch_file[k]
         starts, files_of = [], []
         first = 0
@@ -162,6 +165,11 @@ class StreamedAnchors(Anchors):
     def file_hashes(self) -> np.ndarray:
         return self._first_pass[0]
 
+    @property
+    def read_whole(self) -> bool:
+        """Whether the pass over the whole column (page checksums verified) has run."""
+        return "_first_pass" in self.__dict__  # functools.cached_property keeps its value there
+
     def empty_count(self) -> int | None:
         return self._first_pass[1]
 
@@ -170,11 +178,38 @@ class StreamedAnchors(Anchors):
         """(uint64 [N] hashes, count of empty anchors), from one pass over the column."""
         hashes = np.empty(self.n_rows, dtype=np.uint64)
         empty = 0
-        for k in range(len(self._batch_file)):
-            text = self._read(k, int(self._batch_start[k]), int(self._batch_start[k + 1]))
+        for k, text in enumerate(self._verified_batches()):
             hashes[self._batch_start[k] : self._batch_start[k + 1]] = text.hash(seed=HASH_SEED).to_numpy()
             empty += int((text.str.len_bytes() == 0).sum())
         return hashes, empty
+
+    def _verified_batches(self) -> Iterator[pl.Series]:
+        """Every batch's text in order, read by pyarrow (page checksums verified: see
+        gaca_cli.log.io.open_parquet), as the polars String series `_read` gives."""
+        import polars as pl
+
+        for f, path in enumerate(self.files):
+            if _stamp(path) != self._stamps[f]:
+                raise GacaError("the input changed while it was being read; run again", file=path)
+            wanted = np.diff(self._batch_start)[self._batch_file == f].tolist()  # rows of each batch
+            pending: list[pa.Array] = []
+            have = 0
+            try:
+                with open_parquet(path) as reader:
+                    for batch in reader.iter_batches(batch_size=self._size, columns=[self.column]):
+                        pending.append(plain(batch.column(0)))
+                        have += batch.num_rows
+                        while wanted and have >= wanted[0]:
+                            text = pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
+                            head, rest = text.slice(0, wanted[0]), text.slice(wanted[0])
+                            pending, have = [rest], have - wanted.pop(0)
+                            yield _as_string_series(pl.from_arrow(head))
+            except READ_ERRORS as exc:
+                raise GacaError(
+                    f"not a readable Parquet file ({_first_line(exc)})", file=path, column=self.column
+                ) from None
+            if wanted or have:
+                raise GacaError("the input changed while it was being read; run again", file=path)
 
     def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
         a, b = self._rows(rows_a), self._rows(rows_b)
@@ -280,7 +315,15 @@ class StreamedAnchors(Anchors):
         if len(text) != hi - lo:
             raise GacaError("the input changed while it was being read; run again", file=path)
         # one chunk: polars gathers from a many-chunk series ~20x slower
-        return (text if text.dtype == pl.String else text.cast(pl.String)).rechunk()
+        return _as_string_series(text).rechunk()
+
+
+def _as_string_series(text: object) -> pl.Series:
+    """A polars series of anchors (from `pl.from_arrow` or a read) as one String series."""
+    import polars as pl
+
+    assert isinstance(text, pl.Series)
+    return text if text.dtype == pl.String else text.cast(pl.String)
 
 
 def _stamp(path: str | os.PathLike) -> tuple[int, int] | None:
