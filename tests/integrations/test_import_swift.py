@@ -1,0 +1,215 @@
+"""`--from swift`: the rows read from the completions.jsonl a real ms-swift 4.6.0 GRPO run wrote
+(tests/data/swift/), checked value by value against the file read here with json, and the
+command end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from gaca_cli.cli import app
+from gaca_cli.errors import GacaError
+from gaca_cli.integrations.imports import swift
+from gaca_cli.integrations.imports.base import ImportOptions
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "swift"
+GRPO = DATA / "grpo" / "completions.jsonl"
+RAY = DATA / "ray_driver" / "completions.jsonl"
+WEIGHTS = (1.0, 0.5)  # the run's reward_weights (grpo/args.json)
+runner = CliRunner()
+
+
+def read(*files: Path, weights: tuple[float, ...] | None = None) -> list[dict]:
+    return list(swift.read(list(files), ImportOptions(reward_weights=weights)))
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_the_fixture_has_what_the_tests_rely_on():
+    table = lines(GRPO)
+    assert [list(t) for t in table] == [
+        ["step", "prompt", "completion", "HasE", "Brevity", "advantages", "entropy", "solution"]
+    ] * 3
+    assert table[1] == table[2]  # the end of training logs the last table again
+    assert json.loads((DATA / "grpo" / "args.json").read_text())["reward_weights"] == list(WEIGHTS)
+
+
+def test_every_value_of_the_grpo_table():
+    table = lines(GRPO)[:2]  # the third line repeats the second
+    rows = read(GRPO)
+    assert len(rows) == sum(len(t["prompt"]) for t in table)
+    it = iter(rows)
+    for number, t in enumerate(table, start=1):
+        for i in range(len(t["prompt"])):
+            row = next(it)
+            reward = WEIGHTS[0] * t["HasE"][i] + WEIGHTS[1] * t["Brevity"][i]
+            assert row["traj_id"] == f"{GRPO}:{number}:{i}"
+            assert row["step_idx"] == 0 and row["done"] is True
+            assert row["prompt"] == t["prompt"][i]
+            assert row["action"] == t["completion"][i]
+            assert row["reward"] == pytest.approx(reward, abs=1e-15)
+            assert row["episode_reward"] == row["reward"]
+            assert row["reward_HasE"] == t["HasE"][i]
+            assert row["reward_Brevity"] == t["Brevity"][i]
+            assert row["source_advantage"] == t["advantages"][i]
+            assert row["training_step"] == int(t["step"][i])
+            assert row["entropy"] == t["entropy"][i]
+            assert row["solution"] == t["solution"][i]
+            assert "extra" not in row
+
+
+def test_groups_are_one_prompt_at_one_logging_step():
+    rows = read(GRPO)
+    by_group: dict[str, set] = {}
+    for row in rows:
+        by_group.setdefault(row["group_id"], set()).add((row["training_step"], row["prompt"]))
+        assert row["group_id"].startswith(f"{GRPO}:")
+    assert len(by_group) == 4  # 2 logging steps x 2 prompts
+    assert all(len(members) == 1 for members in by_group.values())
+    assert sorted(len([r for r in rows if r["group_id"] == g]) for g in by_group) == [2, 2, 2, 2]
+
+
+def test_the_weights_come_from_args_json_or_the_option(tmp_path):
+    """Without args.json every function weighs 1; --reward-weights wins over args.json."""
+    alone = tmp_path / "completions.jsonl"
+    shutil.copy(GRPO, alone)
+    t = lines(GRPO)[0]
+    plain = read(alone)[0]
+    assert plain["reward"] == pytest.approx(t["HasE"][0] + t["Brevity"][0], abs=1e-15)
+    chosen = read(GRPO, weights=(2.0, 0.0))[0]
+    assert chosen["reward"] == pytest.approx(2.0 * t["HasE"][0], abs=1e-15)
+
+
+def test_a_missing_reward_is_not_applicable(tmp_path):
+    """ms-swift sums the functions with nansum: a function that gives NaN (or null) counts 0."""
+    t = lines(GRPO)[0]
+    t["Brevity"][0] = None
+    t["HasE"][1] = float("nan")
+    path = tmp_path / "completions.jsonl"
+    path.write_text(json.dumps(t) + "\n")
+    rows = read(path)
+    assert rows[0]["reward"] == t["HasE"][0] and math.isnan(rows[0]["reward_Brevity"])
+    assert rows[1]["reward"] == t["Brevity"][1] and math.isnan(rows[1]["reward_HasE"])
+
+
+def test_the_megatron_table_has_gen_step(tmp_path):
+    t = lines(GRPO)[0]
+    t = {"gen_step": [5] * len(t["prompt"]), **{k: v for k, v in t.items() if k != "step"}}
+    path = tmp_path / "completions.jsonl"
+    path.write_text(json.dumps(t) + "\n")
+    rows = read(path)
+    assert [r["training_step"] for r in rows] == [5] * len(rows)
+    assert [r["reward_HasE"] for r in rows] == t["HasE"]
+
+
+def test_every_value_of_the_ray_driver_lines():
+    records = lines(RAY)
+    rows = read(RAY)
+    assert len(rows) == len(records)
+    for number, (row, record) in enumerate(zip(rows, records), start=1):
+        assert row["traj_id"] == f"{RAY}:{number}"
+        assert row["prompt"] == record["prompt"] and row["action"] == record["completion"]
+        assert row["reward"] == row["episode_reward"] == record["reward"]
+        assert row["training_step"] == record["gen_step"]
+    # the same completions as the table's first line, the same groups
+    table = read(GRPO)[: len(rows)]
+    assert [r["reward"] for r in rows] == pytest.approx([r["reward"] for r in table], abs=1e-7)
+    assert len({r["group_id"] for r in rows}) == len({r["group_id"] for r in table}) == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.pop("step"), "line 1: field 'step': missing"),
+        (lambda t: t.update(completion=t["completion"][:-1]), "line 1: field 'completion': must be a list of 4 values"),
+        (lambda t: t.pop("advantages"), "line 1: field 'advantages': missing"),
+        (lambda t: t["HasE"].__setitem__(2, "yes"), "line 1, completion 2: field 'HasE': must be a number"),
+        (lambda t: t["step"].__setitem__(0, "one"), "line 1, completion 0: field 'step': must be an integer"),
+        (lambda t: t["completion"].__setitem__(3, None), "line 1, completion 3: field 'completion': must be text"),
+    ],
+)
+def test_a_bad_table_names_file_line_and_field(tmp_path, change, message):
+    t = lines(GRPO)[0]
+    change(t)
+    path = tmp_path / "completions.jsonl"
+    path.write_text(json.dumps(t) + "\n")
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_weights_that_do_not_fit_the_functions(tmp_path):
+    with pytest.raises(
+        GacaError, match=r"line 1: --reward-weights gives 3 weights for the 2 reward functions HasE, Brevity"
+    ):
+        read(GRPO, weights=(1.0, 1.0, 1.0))
+    (tmp_path / "args.json").write_text('{"reward_weights": [1.0]}')
+    shutil.copy(GRPO, tmp_path / "completions.jsonl")
+    with pytest.raises(GacaError, match=r"args\.json \(reward_weights\) gives 1 weights for the 2 reward functions"):
+        read(tmp_path / "completions.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "line 1: not valid JSON"),
+        ("[1, 2]", "line 1: expected a JSON object"),
+        ('{"gen_step": 1, "prompt": "p", "completion": "c"}', "line 1: field 'reward': missing"),
+        ('{"gen_step": 1, "prompt": "p", "reward": 1}', "line 1: field 'completion': missing"),
+        (
+            '{"gen_step": "x", "prompt": "p", "completion": "c", "reward": 1}',
+            "line 1: field 'gen_step': must be an integer",
+        ),
+    ],
+)
+def test_a_bad_line_names_file_line_and_field(tmp_path, line, message):
+    path = tmp_path / "completions.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+# --- the command end to end -------------------------------------------------------------
+
+
+def test_gaca_import_from_swift_end_to_end(tmp_path):
+    """A run's output directory: completions.jsonl is read, args.json gives the weights,
+    logging.jsonl (ms-swift's metrics) is not a completions file and is left alone."""
+    run = tmp_path / "v0-20261201"
+    shutil.copytree(DATA / "grpo", run)
+    (run / "logging.jsonl").write_text('{"loss": 0.1, "global_step/max_steps": "1/2"}\n')
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "swift", str(run), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert (summary["files"], summary["rows"], summary["groups"]) == (1, 8, 4)
+    got = pq.read_table(out).to_pylist()
+    want = read(run / "completions.jsonl")
+    assert len(got) == len(want)
+    for a, b in zip(sorted(got, key=lambda r: r["traj_id"]), sorted(want, key=lambda r: r["traj_id"])):
+        assert a == {**b, "traj_id": a["traj_id"]} and a["traj_id"] == b["traj_id"]
+    adv = runner.invoke(app, ["advantages", str(out), "--method", "grpo", "-o", str(tmp_path / "adv.parquet")])
+    assert adv.exit_code == 0, adv.output
+
+
+def test_gaca_import_from_swift_bad_input_writes_nothing(tmp_path):
+    t = lines(GRPO)[0]
+    t["Brevity"][1] = "short"
+    bad = tmp_path / "completions.jsonl"
+    bad.write_text(json.dumps(t) + "\n")
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "swift", str(bad), "-o", str(out)])
+    assert res.exit_code == 1
+    errors = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert errors == [f"Error: {bad}: line 1, completion 1: field 'Brevity': must be a number, got \"short\""]
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [bad]
