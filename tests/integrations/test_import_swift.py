@@ -155,6 +155,9 @@ def test_weights_that_do_not_fit_the_functions(tmp_path):
     shutil.copy(GRPO, tmp_path / "completions.jsonl")
     with pytest.raises(GacaError, match=r"args\.json \(reward_weights\) gives 1 weights for the 2 reward functions"):
         read(tmp_path / "completions.jsonl")
+    (tmp_path / "args.json").write_text('{"reward_weights": ["high", 1.0]}')
+    with pytest.raises(GacaError, match=r"args\.json: field 'reward_weights': must be a number"):
+        read(tmp_path / "completions.jsonl")
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,7 @@ def _run_weights(path: Path) -> tuple[float, ...] | None:
         return None
     if not isinstance(weights, list):
         raise SourceError(args_file, None, "reward_weights", f"must be a list of numbers, got {weights!r:.40}")
-    return tuple(number(w, args_file, None, "reward_weights") for w in weights)
+    return tuple(number(w, args_file, "", "reward_weights") for w in weights)
 
 
 def _weights(
