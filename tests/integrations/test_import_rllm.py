@@ -161,6 +161,17 @@ def test_a_chat_without_the_answer_takes_model_response(tmp_path):
     assert row["action"] == step["model_response"] == "42"
 
 
+def test_a_trajectory_without_a_reward_returns_the_sum_of_its_steps(tmp_path):
+    """rLLM allows `Trajectory.reward = None`; episode_reward (which must have no null) is then
+    the sum of the step rewards, gaca's own default return."""
+    episode = json.loads((TO_DICT / "lake-3_1.json").read_text())
+    episode["trajectories"][0]["reward"] = None
+    episode["trajectories"][0]["steps"][0]["reward"] = 0.25
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(episode))
+    assert [r["episode_reward"] for r in read(path)] == [1.25, 1.25, 1.25]
+
+
 def _broken(tmp_path: Path, change) -> Path:
     episode = json.loads((TO_DICT / "lake-3_1.json").read_text())
     change(episode)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ INFO = FormatInfo(
         "action": "the last message of chat_completions (its text, then tool calls as JSON); model_response when "
         "the chat does not end with the answer",
         "reward": "steps[].reward",
-        "episode_reward": "trajectories[].reward (when set)",
+        "episode_reward": "trajectories[].reward; the sum of the step rewards when it is null",
         "done": "steps[].done",
         "prompt_token_ids": "steps[].prompt_ids (to_dict)",
         "action_token_ids": "steps[].response_ids (to_dict)",
@@ -257,12 +258,15 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
         if not isinstance(steps, list) or not steps:
             raise SourceError(path, where, "steps", "missing or empty: a trajectory needs at least one step")
         traj_row: dict[str, Any] = {"traj_name": name, "traj_uid": _text(trajectory.get("uid"))}
-        if trajectory.get("reward") is not None:
-            traj_row["episode_reward"] = number(trajectory["reward"], path, where, "reward")
         traj_extra: dict[str, Any] = {}
         _rest(trajectory, TRAJECTORY_KEYS, traj_row, traj_extra)
-        for i, step in enumerate(steps):
-            step_row, step_extra = _step_row(step, path, f"{where}.steps[{i}]")
+        parsed = [_step_row(step, path, f"{where}.steps[{i}]") for i, step in enumerate(steps)]
+        if trajectory.get("reward") is not None:
+            episode_reward = number(trajectory["reward"], path, where, "reward")
+        else:  # rLLM allows a trajectory without a reward: its return is the sum of its steps'
+            episode_reward = math.fsum(step_row["reward"] for step_row, _ in parsed)
+        traj_row["episode_reward"] = episode_reward
+        for i, (step_row, step_extra) in enumerate(parsed):
             row = {
                 "group_id": f"{path.parent}/{task_id}:{name}",
                 "traj_id": f"{path}:t{k}",
