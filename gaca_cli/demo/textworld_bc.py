@@ -25,6 +25,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from gaca_cli.demo import textworld_games as tw
 
@@ -153,7 +154,7 @@ def fit(model, examples, steps: int, lr: float = 3e-3, batch_size: int = 8, seed
 
 def warm_start(
     out_dir: Path,
-    games: list[tuple[str, Path]],
+    games: list[tuple[str, Any]],
     steps: int,
     noisy_rollouts: int = 4,
     epsilon: float = 0.5,

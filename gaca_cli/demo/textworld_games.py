@@ -405,16 +405,32 @@ class LMPolicy:
 # ---------------------------------------------------------------------------- rollouts
 
 
+def open_game(game: str | Path | Any):
+    """A running game: `game.new_game()` for a generated game (e.g. `key_quests.QuestSpec`),
+    else TextWorld's interpreter on the compiled game file at path `game`."""
+    new_game = getattr(game, "new_game", None)
+    return new_game() if callable(new_game) else TextWorldGame(game)
+
+
 def play_group(
-    game_path: str | Path,
+    game_path: str | Path | Any,
     group_id: str,
     policy: Policy,
     n_rollouts: int,
     max_steps: int,
     task_id: str = "",
 ) -> list[dict]:
-    """Play `n_rollouts` copies of one game in lockstep; return one row dict per step."""
-    games = [TextWorldGame(game_path) for _ in range(n_rollouts)]
+    """Play `n_rollouts` copies of one game in lockstep; return one row dict per step.
+    `game_path` is a compiled TextWorld game or a generated game (see `open_game`)."""
+    return play_groups([(game_path, group_id, task_id)], policy, n_rollouts, max_steps)
+
+
+def play_groups(groups: list[tuple[Any, str, str]], policy: Policy, n_rollouts: int, max_steps: int) -> list[dict]:
+    """Play `n_rollouts` copies of each (game, group_id, task_id) all in lockstep, so that the
+    policy chooses the actions of every live rollout of every group in one batch; return one
+    row dict per step, trajectory by trajectory (groups in order)."""
+    slots = [(game, group_id, task_id, k) for game, group_id, task_id in groups for k in range(n_rollouts)]
+    games = [open_game(game) for game, *_ in slots]
     try:
         states = [g.reset() for g in games]
         transcripts = []
@@ -422,8 +438,8 @@ def play_group(
             t = Transcript(tokenizer=policy.tokenizer)
             t.start(INSTRUCTIONS, first_observation(s))
             transcripts.append(t)
-        rows: list[list[dict]] = [[] for _ in range(n_rollouts)]
-        live = list(range(n_rollouts))
+        rows: list[list[dict]] = [[] for _ in slots]
+        live = list(range(len(slots)))
         for step in range(max_steps):
             if not live:
                 break
@@ -431,9 +447,10 @@ def play_group(
             still = []
             for i, d in zip(live, decisions):
                 before = states[i]
+                _, group_id, _, k = slots[i]
                 row = {
                     "group_id": group_id,
-                    "traj_id": f"{group_id}/r{i}",
+                    "traj_id": f"{group_id}/r{k}",
                     "step_idx": step,
                     "prompt": transcripts[i].text,
                     "messages": [dict(m) for m in transcripts[i].messages],
@@ -468,7 +485,7 @@ def play_group(
                     success=won,
                     truncated=not traj[-1]["done"],
                     episode_reward=ret,
-                    task_id=task_id,
+                    task_id=slots[i][2],
                     policy_version=policy.name,
                     source="textworld",
                 )
@@ -507,14 +524,15 @@ def log_schema(with_token_ids: bool) -> pa.Schema:
 
 
 def collect(
-    game_paths: list[tuple[str, Path]],
+    game_paths: list[tuple[str, Any]],
     policy: Policy,
     n_rollouts: int,
     max_steps: int,
     seed: int,
     progress=None,
 ) -> pa.Table:
-    """Play every (name, path) game `n_rollouts` times; group_id = "<name>@<seed>".
+    """Play every (name, game) pair `n_rollouts` times; group_id = "<name>@<seed>"; a game is
+    a compiled TextWorld file or a generated game (see `open_game`).
 
     The policy is reseeded per group from (seed, group index), so a group's rollouts do not
     depend on which other groups are collected in the same run.
@@ -532,3 +550,16 @@ def success_rate(table: pa.Table) -> float:
     """Fraction of trajectories that won their game."""
     first = table.filter(pc.equal(table["step_idx"], 0))
     return float(np.mean(first["success"].to_numpy(zero_copy_only=False))) if first.num_rows else float("nan")
+
+
+def collect_lockstep(
+    games: list[tuple[str, Any]], policy: Policy, n_rollouts: int, max_steps: int, seed: int
+) -> pa.Table:
+    """As `collect`, but every rollout of every game is played in one lockstep batch (one
+    `policy.act` call per step for all of them: much faster for a language model on CPU).
+    The policy is seeded once from `seed`, so a group's rollouts depend on the other games
+    of the call; group_id = "<name>@<seed>"."""
+    policy.reseed(seed)
+    groups = [(game, f"{name}@{seed}", name) for name, game in games]
+    rows = play_groups(groups, policy, n_rollouts, max_steps)
+    return pa.Table.from_pylist(rows, schema=log_schema(policy.tokenizer is not None))
