@@ -246,3 +246,17 @@ def test_gaca_import_from_art_bad_input_writes_nothing(tmp_path):
     assert errors == [f"Error: {bad}: line 1, trajectory 0: field 'reward': must be a number, got \"x\""]
     assert not out.exists()
     assert list(tmp_path.iterdir()) == [bad]
+
+
+def test_gaca_import_from_art_model_directory(tmp_path):
+    """The model's directory as ART lays it out: history.jsonl (metrics) and state.json beside
+    trajectories/ are not trajectory files; the Parquet files are read."""
+    model = tmp_path / "models" / "agent-001"
+    shutil.copytree(DATA / "trajectories", model / "trajectories")
+    (model / "history.jsonl").write_text('{"train/reward": 0.5, "training_step": 0, "step": 0}\n')
+    (model / "state.json").write_text("{}")
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "art", str(model), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["rows"] == 13
+    assert set(pq.read_table(out).column("split").to_pylist()) == {"train", "val"}
