@@ -58,7 +58,8 @@ INFO = FormatInfo(
         "step_idx": "the assistant turn's position in the chat",
         "reward": "the trajectory's reward on its last step, 0 before",
         "done": "true on the last assistant turn",
-        "split, training_step": "the file's place in ART's layout, trajectories/<split>/<step>.parquet",
+        "split": "the file's folder in ART's layout, trajectories/<split>/<step>.parquet",
+        "training_step": "the file's name in ART's layout, trajectories/<split>/<step>.parquet",
     },
 )
 
