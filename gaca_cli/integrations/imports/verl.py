@@ -1,0 +1,432 @@
+"""`--from verl`: verl's rollout dumps (`trainer.rollout_data_dir`, `trainer.validation_data_dir`)
+and its agent loop's per-trajectory outputs.
+
+Followed: verl 0.9.1.
+
+**Rollout dumps.** `RayPPOTrainer._log_rollout_data` (verl/trainer/ppo/ray_trainer.py) decodes the
+training batch and `_write_generations` writes `<rollout_data_dir>/<global_step>.jsonl`, one JSON
+object per sample:
+
+    {"input": ..., "output": ..., "gts": ..., "score": ..., "step": ..., <reward extra info>...}
+
+- `input`, `output`: the prompt and the response, decoded with `skip_special_tokens=True`;
+- `gts`: `reward_model.ground_truth` of the sample (any JSON value, or null);
+- `score`: the sum of the sample's `token_level_scores` (its reward);
+- `step`: the trainer's global step;
+- then every reward-extra-info list of the batch's length (`acc`, `pred`..., and the agent
+  loop's `request_id`).
+
+`validation_data_dir` files are written by the same function (`_validate`; their extra info holds
+`reward`, a copy of the scores). The rows of a step are in the batch's order after
+`_balance_batch`, which reorders them, and verl writes no group id: a group is the samples of one
+`input` in one file (one file is one step). The TransferQueue trainer
+(verl/trainer/ppo/v1/trainer_base.py, `PPOTrainer._log_rollout_data`) adds `uid`, its sample key
+`{uid}_{session}_{index}`: `uid` the prompt (the group), `session` one of its `rollout.n` samples
+(the trajectory), `index` the output of a multi-output agent loop (the step), rows sorted by it.
+Each output of a session carries the session's final score (`_agent_loop_postprocess` copies
+it), so the score is the reward of the session's last output and the others get 0.
+
+**Agent-loop trajectories.** verl keeps its agent loop's `AgentLoopOutput`
+(verl/experimental/agent_loop/agent_loop.py) in memory only; docs/formats/verl.md shows the few
+lines that write each one as a JSON line: `output.model_dump(mode="json")` plus the sample's `uid`
+(and `step`). One record holds `prompt_ids`, `response_ids`, `response_mask` (1 for the tokens
+the model generated, 0 for tool responses), `response_logprobs`, `reward_score` and
+`extra_fields` (`turn_scores`, `tool_rewards` from the tool agent loop). Each run of 1s in
+`response_mask` is one step: its tokens are the action, everything before them the context.
+The outcome `reward_score` is the last step's reward; `turn_scores` and `tool_rewards` add to
+the reward of the turn they follow when there is one value per turn, or one per turn but the
+last (the turn that ended the episode); otherwise they stay in `extra`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, iter_jsonl
+from gaca_cli.log import columns as C
+
+INPUT, OUTPUT, GTS, SCORE, STEP, UID = "input", "output", "gts", "score", "step", "uid"
+PROMPT_IDS, RESPONSE_IDS, RESPONSE_MASK, RESPONSE_LOGPROBS = (
+    "prompt_ids",
+    "response_ids",
+    "response_mask",
+    "response_logprobs",
+)
+REWARD_SCORE, EXTRA_FIELDS, TURN_SCORES, TOOL_REWARDS = "reward_score", "extra_fields", "turn_scores", "tool_rewards"
+TURN_SCORE, TOOL_REWARD = "turn_score", "tool_reward"  # the per-step columns they become
+# the columns this format writes and the schema's own: a source field of one of these names is
+# kept as source_<name>
+WRITTEN = frozenset(
+    {
+        *C.REQUIRED,
+        C.PROMPT,
+        C.MESSAGES,
+        C.ACTION,
+        C.ANCHOR_OBS,
+        C.ANCHOR_KEY,
+        C.DONE,
+        C.EPISODE_REWARD,
+        C.PROMPT_TOKEN_IDS,
+        C.ACTION_TOKEN_IDS,
+        C.BEHAVIOR_LOGPROBS,
+        "extra",
+        INPUT,
+        GTS,
+        STEP,
+        UID,
+        REWARD_SCORE,
+        TURN_SCORE,
+        TOOL_REWARD,
+    }
+)
+
+INFO = FormatInfo(
+    name="verl",
+    summary="verl rollout dumps (trainer.rollout_data_dir JSONL) and agent-loop trajectories (response_mask runs as steps)",
+    suffixes=(".jsonl",),
+    carries="dumps: decoded prompt and response, score, ground truth, reward extra info; "
+    "agent loop: token ids, log-probs, per-turn tool rewards and turn scores",
+    lacks="anchors; dumps: group ids (derived from the prompt), exact prompt text (decoded without special "
+    "tokens), multi-step structure; agent loop: text (token ids only)",
+    source="verl 0.9.1, verl/trainer/ppo/ray_trainer.py (RayPPOTrainer._log_rollout_data, _write_generations), "
+    "verl/trainer/ppo/v1/trainer_base.py (PPOTrainer._log_rollout_data), "
+    "verl/experimental/agent_loop/agent_loop.py (AgentLoopOutput)",
+    mapped={
+        "action": "output (dumps)",
+        "action_token_ids": "response_ids[run] (agent loop)",
+        "prompt_token_ids": "prompt_ids + response_ids before the run (agent loop)",
+        "behavior_logprobs": "response_logprobs[run] (agent loop)",
+        "reward": "score (dumps; a session's last output with v1 uid keys); "
+        "reward_score on the last step + turn_scores[k] + tool_rewards[k] (agent loop)",
+        "episode_reward": "score (dumps)",
+        "group_id": "uid (agent loop; v1 dumps: the uid part of {uid}_{session}_{index})",
+    },
+    derived={
+        "group_id": "dumps without uid: (file, input): the samples of one prompt at one step",
+        "traj_id": "FILE/lineN; v1 dumps: {uid}_{session}",
+        "step_idx": "0; v1 dumps: index; agent loop: the run's position in response_mask",
+        "done": "true on a trajectory's last step",
+        "input": "input, kept as its own column (`--map prompt=input` to score it: no special tokens)",
+    },
+)
+
+
+def _labels(files: Sequence[Path]) -> dict[Path, str]:
+    """Each file's path relative to the folder all the files share, without `.jsonl`: short ids
+    that stay unique when several dump folders (rollout, validation, runs) are imported together."""
+    if not files:
+        return {}
+    resolved = [f.resolve() for f in files]
+    common = Path(os.path.commonpath([r.parent for r in resolved]))
+    return {f: r.relative_to(common).with_suffix("").as_posix() for f, r in zip(files, resolved, strict=True)}
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, default=str)[:40]
+
+
+def _number(record: Mapping[str, Any], key: str, path: Path, where: str) -> float:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        problem = "missing" if key not in record else f"must be a number, got {_show(value)}"
+        raise SourceError(path, where, key, problem)
+    return float(value)
+
+
+def _integer(record: Mapping[str, Any], key: str, path: Path, where: str) -> int:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        problem = "missing" if key not in record else f"must be an integer, got {_show(value)}"
+        raise SourceError(path, where, key, problem)
+    return value
+
+
+def _text(record: Mapping[str, Any], key: str, path: Path, where: str) -> str:
+    value = record.get(key)
+    if not isinstance(value, str):
+        problem = "missing" if key not in record else f"must be a string, got {_show(value)}"
+        raise SourceError(path, where, key, problem)
+    return value
+
+
+def _kept(record: Mapping[str, Any], consumed: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record's other fields: (scalar ones, as their own columns; nested ones, for `extra`).
+    A field named like a column this format writes is kept as source_<name>."""
+    own: dict[str, Any] = {}
+    nested: dict[str, Any] = {}
+    for key, value in record.items():
+        if key in consumed:
+            continue
+        name = f"source_{key}" if key in WRITTEN else key
+        if value is None or isinstance(value, (str, int, float, bool)):
+            own[name] = value
+        else:
+            nested[name] = value
+    return own, nested
+
+
+# --- rollout dumps -------------------------------------------------------------------------
+
+
+def _session(uid: Any) -> tuple[str, str, int] | None:
+    """(prompt uid, trajectory id, output index) of a v1 sample key `{uid}_{session}_{index}`."""
+    if not isinstance(uid, str):
+        return None
+    parts = uid.rsplit("_", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], f"{parts[0]}_{parts[1]}", int(parts[2])
+
+
+def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, line: int) -> dict[str, Any]:
+    """One dump record as a one-step row (the v1 session fields are set by the caller)."""
+    prompt_text = _text(record, INPUT, path, where)
+    output = _text(record, OUTPUT, path, where)
+    score = _number(record, SCORE, path, where)
+    step = _integer(record, STEP, path, where)
+    own, nested = _kept(record, frozenset({INPUT, OUTPUT, SCORE, STEP, GTS, UID}))
+    gts = record.get(GTS)
+    if gts is None or isinstance(gts, (str, int, float, bool)):
+        own[GTS] = gts
+    else:
+        nested[GTS] = gts
+    digest = hashlib.sha1(prompt_text.encode("utf-8")).hexdigest()[:12]
+    row: dict[str, Any] = {
+        C.GROUP_ID: f"{label}/{digest}",
+        C.TRAJ_ID: f"{label}/line{line}",
+        C.STEP_IDX: 0,
+        C.REWARD: score,
+        C.EPISODE_REWARD: score,
+        C.DONE: True,
+        C.ACTION: output,
+        INPUT: prompt_text,
+        STEP: step,
+        **own,
+    }
+    if UID in record:
+        row[UID] = record[UID] if isinstance(record[UID], (str, int)) else _show(record[UID])
+    if nested:
+        row["extra"] = nested
+    return row
+
+
+def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[tuple[int, Any]]) -> Iterator[dict]:
+    """The rows of one dump file. Rows of a v1 session (uid `{uid}_{session}_{index}`) are held
+    until the session ends, to put its score on its last output."""
+    pending: list[dict[str, Any]] = []
+    finished: set[str] = set()
+
+    def flush() -> Iterator[dict]:
+        if pending:
+            finished.add(pending[0][C.TRAJ_ID])
+        for k, row in enumerate(pending):
+            last = k == len(pending) - 1
+            row[C.REWARD] = row[C.EPISODE_REWARD] if last else 0.0
+            row[C.DONE] = last
+            yield row
+        pending.clear()
+
+    for line, record in _chain(first, lines):
+        where = f"line {line}"
+        if not isinstance(record, Mapping):
+            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+        if RESPONSE_MASK in record:
+            raise SourceError(
+                path, where, None, "an agent-loop record in a rollout dump file: keep them in files apart"
+            )
+        row = _dump_row(record, path, where, label, line)
+        session = _session(record.get(UID))
+        if session is None:
+            if UID in record:
+                row[C.GROUP_ID] = str(record[UID])
+            yield from flush()
+            yield row
+            continue
+        group, traj, index = session
+        if pending and traj != pending[0][C.TRAJ_ID]:
+            yield from flush()
+        if traj in finished:
+            raise SourceError(
+                path, where, UID, f"the outputs of session {traj!r} are not on consecutive lines (verl sorts them)"
+            )
+        expected = len(pending)
+        if index != expected:
+            raise SourceError(path, where, UID, f"output index {index} of session {traj!r}: expected {expected}")
+        row.update({C.GROUP_ID: group, C.TRAJ_ID: traj, C.STEP_IDX: index})
+        pending.append(row)
+    yield from flush()
+
+
+def _chain(first: tuple[int, Any], rest: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
+    yield first
+    yield from rest
+
+
+# --- agent-loop trajectories ---------------------------------------------------------------
+
+
+def _int_list(record: Mapping[str, Any], key: str, path: Path, where: str) -> list[int]:
+    value = record.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        problem = "missing" if key not in record else f"must be a list of integers, got {_show(value)}"
+        raise SourceError(path, where, key, problem)
+    return value
+
+
+def _float_list(value: Any, path: Path, where: str, key: str) -> list[float]:
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise SourceError(path, where, key, f"must be a list of numbers, got {_show(value)}")
+    return [float(v) for v in value]
+
+
+def _runs(mask: Sequence[int], path: Path, where: str) -> list[tuple[int, int]]:
+    """The [start, end) spans of the runs of 1s in a response mask."""
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i, m in enumerate(mask):
+        if m not in (0, 1):
+            raise SourceError(path, where, RESPONSE_MASK, f"must hold 0s and 1s, got {m} at position {i}")
+        if m == 1 and start is None:
+            start = i
+        elif m == 0 and start is not None:
+            runs.append((start, i))
+            start = None
+    if start is not None:
+        runs.append((start, len(mask)))
+    if not runs:
+        raise SourceError(path, where, RESPONSE_MASK, "no generated token (no 1 in the mask): no step to import")
+    return runs
+
+
+def _per_turn(values: list[float] | None, n_steps: int) -> list[float] | None:
+    """Per-turn values as one per step, when they line up with the turns: one per turn, or one
+    per turn but the last (the turn that ended the episode without a tool call or a reply)."""
+    if values is None or not values:
+        return None
+    if len(values) == n_steps:
+        return values
+    if len(values) == n_steps - 1:
+        return [*values, 0.0]
+    return None
+
+
+def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: str, line: int) -> Iterator[dict]:
+    uid = record.get(UID)
+    if isinstance(uid, bool) or not isinstance(uid, (str, int)):
+        problem = (
+            "missing: add the sample's uid when writing the record"
+            if uid is None
+            else f"must be a string, got {_show(uid)}"
+        )
+        raise SourceError(path, where, UID, problem)
+    prompt_ids = _int_list(record, PROMPT_IDS, path, where)
+    response_ids = _int_list(record, RESPONSE_IDS, path, where)
+    mask = _int_list(record, RESPONSE_MASK, path, where)
+    if len(mask) != len(response_ids):
+        raise SourceError(path, where, RESPONSE_MASK, f"has {len(mask)} values for {len(response_ids)} response_ids")
+    logprobs = record.get(RESPONSE_LOGPROBS)
+    if logprobs is not None:
+        logprobs = _float_list(logprobs, path, where, RESPONSE_LOGPROBS)
+        if len(logprobs) != len(response_ids):
+            raise SourceError(
+                path, where, RESPONSE_LOGPROBS, f"has {len(logprobs)} values for {len(response_ids)} response_ids"
+            )
+    if record.get(REWARD_SCORE) is not None:
+        outcome = _number(record, REWARD_SCORE, path, where)
+    elif record.get(SCORE) is not None:
+        outcome = _number(record, SCORE, path, where)
+    else:
+        raise SourceError(
+            path, where, REWARD_SCORE, "is null and the record has no 'score': add the trajectory's reward as 'score'"
+        )
+    step = record.get(STEP)
+    if step is not None:
+        step = _integer(record, STEP, path, where)
+    fields = record.get(EXTRA_FIELDS) or {}
+    if not isinstance(fields, Mapping):
+        raise SourceError(path, where, EXTRA_FIELDS, f"must be an object, got {_show(fields)}")
+    runs = _runs(mask, path, where)
+    per_step: dict[str, list[float]] = {}
+    extra_fields = dict(fields)
+    for key, column in ((TURN_SCORES, TURN_SCORE), (TOOL_REWARDS, TOOL_REWARD)):
+        values = fields.get(key)
+        if values is None:
+            continue
+        aligned = _per_turn(_float_list(values, path, where, f"{EXTRA_FIELDS}.{key}"), len(runs))
+        if aligned is not None:
+            per_step[column] = aligned
+            del extra_fields[key]
+        elif not values:
+            del extra_fields[key]
+    consumed = frozenset(
+        {UID, PROMPT_IDS, RESPONSE_IDS, RESPONSE_MASK, RESPONSE_LOGPROBS, REWARD_SCORE, SCORE, STEP, EXTRA_FIELDS}
+    )
+    own, nested = _kept(record, consumed)
+    own = {k: v for k, v in own.items() if v is not None}  # AgentLoopOutput's unset optional fields
+    if extra_fields:
+        nested[EXTRA_FIELDS] = extra_fields
+    last = len(runs) - 1
+    for k, (start, end) in enumerate(runs):
+        reward = sum(values[k] for values in per_step.values()) + (outcome if k == last else 0.0)
+        row: dict[str, Any] = {
+            C.GROUP_ID: str(uid),
+            C.TRAJ_ID: f"{label}/line{line}",
+            C.STEP_IDX: k,
+            C.REWARD: reward,
+            C.DONE: k == last,
+            C.PROMPT_TOKEN_IDS: prompt_ids + response_ids[:start],
+            C.ACTION_TOKEN_IDS: response_ids[start:end],
+            REWARD_SCORE: outcome,
+            **{column: values[k] for column, values in per_step.items()},
+            **own,
+        }
+        if logprobs is not None:
+            row[C.BEHAVIOR_LOGPROBS] = logprobs[start:end]
+        if step is not None:
+            row[STEP] = step
+        if nested and k == last:
+            row["extra"] = nested
+        yield row
+
+
+def _read_trajectories(
+    path: Path, label: str, first: tuple[int, Any], lines: Iterator[tuple[int, Any]]
+) -> Iterator[dict]:
+    for line, record in _chain(first, lines):
+        where = f"line {line}"
+        if not isinstance(record, Mapping):
+            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+        if RESPONSE_MASK not in record:
+            raise SourceError(
+                path, where, RESPONSE_MASK, "missing: a rollout dump record in an agent-loop file: keep them apart"
+            )
+        yield from _read_trajectory(record, path, where, label, line)
+
+
+def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
+    """One row per step, file by file, line by line. A file's first record says which kind the
+    file is: an agent-loop trajectory when it has `response_mask`, a rollout dump otherwise."""
+    labels = _labels(files)
+    for path in files:
+        lines = iter_jsonl(path)
+        first = next(lines, None)
+        if first is None:
+            continue
+        record = first[1]
+        if isinstance(record, Mapping) and RESPONSE_MASK in record:
+            yield from _read_trajectories(path, labels[path], first, lines)
+        elif isinstance(record, Mapping) and INPUT not in record and OUTPUT not in record:
+            raise SourceError(
+                path,
+                f"line {first[0]}",
+                None,
+                "neither a rollout dump record (input, output, score, step) nor an agent-loop "
+                "record (prompt_ids, response_ids, response_mask)",
+            )
+        else:
+            yield from _read_dump(path, labels[path], first, lines)
