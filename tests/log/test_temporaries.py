@@ -1,0 +1,77 @@
+"""Temporary output files never outlive the run that follows (issue 17, item 15).
+
+`atomic_path` names its temporary file after the writing process; the next run writing the
+same output removes those whose process is gone (kill -9 here, for real), and keeps those of
+a process that still runs and files that are not its own.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+
+from gaca_cli.log.io import atomic_path, remove_stale_temporaries, write_parquet_atomic
+
+HOLD = """
+import sys, time
+from gaca_cli.log.io import atomic_path
+with atomic_path(sys.argv[1]) as tmp:
+    print(tmp, flush=True)
+    time.sleep(600)
+"""
+
+
+def start_writer(out: Path) -> tuple[subprocess.Popen, Path]:
+    """A process inside `atomic_path(out)`, and its temporary file."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    tmp = Path(proc.stdout.readline().strip())
+    assert tmp.exists() and tmp.parent == out.parent
+    return proc, tmp
+
+
+def test_a_killed_writers_temporary_is_removed_by_the_next_run(tmp_path):
+    out = tmp_path / "annotated.parquet"
+    proc, tmp = start_writer(out)
+    assert f".{out.name}.{proc.pid}." in tmp.name
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert tmp.exists()  # kill -9: nothing cleans up
+    write_parquet_atomic(pa.table({"x": [1]}), out, {})
+    assert sorted(os.listdir(tmp_path)) == ["annotated.parquet"]
+
+
+def test_a_running_writers_temporary_and_other_files_are_kept(tmp_path):
+    out = tmp_path / "annotated.parquet"
+    proc, tmp = start_writer(out)
+    try:
+        others = [tmp_path / ".annotated.parquet.notes.tmp", tmp_path / ".annotated.parquet.5.x.abcdefgh.tmp"]
+        for other in others:
+            other.write_bytes(b"")
+        assert remove_stale_temporaries(out) == []
+        assert tmp.exists() and all(o.exists() for o in others)
+        with atomic_path(out) as mine:
+            assert Path(mine) != tmp
+            Path(mine).write_bytes(b"new")
+        assert out.read_bytes() == b"new" and tmp.exists()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    # the process is gone now: the next run removes its file
+    assert remove_stale_temporaries(out) == [str(tmp)]
+
+
+def test_an_interrupted_block_leaves_nothing(tmp_path):
+    out = tmp_path / "o.parquet"
+    try:
+        with atomic_path(out) as tmp:
+            Path(tmp).write_bytes(b"half")
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert os.listdir(tmp_path) == []
