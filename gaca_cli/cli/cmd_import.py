@@ -9,6 +9,8 @@ import typer
 from gaca_cli.cli.app import app
 from gaca_cli.cli.common import JsonOption, output_path, show_summary, user_errors
 
+#: the formats whose reward is a weighted sum of reward functions' columns
+WEIGHTED_FORMATS = ("trl", "swift")
 FromOption = typer.Option(None, "--from", metavar="FORMAT", help="The source's format (see --list).")
 ForOption = typer.Option(
     "validate",
@@ -26,7 +28,8 @@ RewardWeightsOption = typer.Option(
     None,
     "--reward-weights",
     metavar="W1,W2,...",
-    help="trl: the run's reward_weights, one per reward function in the table's column order (default: all 1).",
+    help="trl, swift: the run's reward_weights, one per reward function in the source's column order "
+    "(default: swift's args.json beside the file, else all 1).",
 )
 
 
@@ -44,8 +47,10 @@ def import_options(source_format: str, field_maps: list[str], reward_weights: st
                 f"{reward_weights!r} is not a comma-separated list of numbers; use e.g. 1,0.5",
                 param_hint="'--reward-weights'",
             ) from None
-        if source_format != "trl":
-            raise typer.BadParameter("only --from trl has reward weights", param_hint="'--reward-weights'")
+        if source_format not in WEIGHTED_FORMATS:
+            raise typer.BadParameter(
+                f"only --from {' and '.join(WEIGHTED_FORMATS)} have reward weights", param_hint="'--reward-weights'"
+            )
     if field_maps and source_format != "chat-jsonl":
         raise typer.BadParameter(
             "only --from chat-jsonl reads fields under other names; the other formats' fields are fixed",

@@ -35,7 +35,7 @@ def validate(
         _validate_source(logs, source_format, column_maps, reward_weights, command, as_json)
         return
     if reward_weights is not None:
-        raise typer.BadParameter("only --from trl has reward weights", param_hint="'--reward-weights'")
+        raise typer.BadParameter("reward weights need --from trl or --from swift", param_hint="'--reward-weights'")
     with user_errors():
         log = read_log(logs, column_map(column_maps))
         result = inspect_log(log, command)

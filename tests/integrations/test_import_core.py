@@ -101,12 +101,12 @@ USAGE = [
     (["import", "--from", "nope", "x.jsonl"], "'--from'", "unknown format 'nope'"),
     (["import", "--from", "chat-jsonl"], "'SRC...'", "give the files"),
     (["import", "--from", "chat-jsonl", "x.jsonl", "--map", "bad"], "'--map'", "NEW=OLD"),
-    (["import", "--from", "chat-jsonl", "x.jsonl", "--reward-weights", "1,2"], "'--reward-weights'", "only --from trl"),
+    (["import", "--from", "chat-jsonl", "x.jsonl", "--reward-weights", "1,2"], "'--reward-weights'", "only --from trl and swift"),
     (["import", "--from", "trl", "x", "--reward-weights", "1,a"], "'--reward-weights'", "comma-separated list"),
     (["import", "--from", "trl", "x", "--map", "a=b"], "'--map'", "only --from chat-jsonl"),
     (["import", "--from", "chat-jsonl", "x.jsonl", "--for", "nope"], "'--for'", "unknown command"),
     (["validate", "x.jsonl", "--from", "nope"], "'--from'", "unknown format"),
-    (["validate", "x.parquet", "--reward-weights", "1"], "'--reward-weights'", "only --from trl"),
+    (["validate", "x.parquet", "--reward-weights", "1"], "'--reward-weights'", "need --from trl or --from swift"),
 ]
 
 
