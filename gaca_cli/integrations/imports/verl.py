@@ -410,8 +410,10 @@ def _read_trajectories(
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     """One row per step, file by file, line by line. A file's first record says which kind the
-    file is: an agent-loop trajectory when it has `response_mask`, a rollout dump otherwise."""
+    file is: an agent-loop trajectory when it has `response_mask`, a rollout dump otherwise. One
+    import takes files of one kind (dump rows have text, agent-loop rows token ids)."""
     labels = _labels(files)
+    kinds: dict[str, Path] = {}
     for path in files:
         lines = iter_jsonl(path)
         first = next(lines, None)
@@ -419,7 +421,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             continue
         record = first[1]
         if isinstance(record, Mapping) and RESPONSE_MASK in record:
-            yield from _read_trajectories(path, labels[path], first, lines)
+            kind = "agent-loop trajectories"
         elif isinstance(record, Mapping) and INPUT not in record and OUTPUT not in record:
             raise SourceError(
                 path,
@@ -428,5 +430,19 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
                 "neither a rollout dump record (input, output, score, step) nor an agent-loop "
                 "record (prompt_ids, response_ids, response_mask)",
             )
+        else:
+            kind = "rollout dumps"
+        kinds.setdefault(kind, path)
+        if len(kinds) > 1:
+            other = next(p for k, p in kinds.items() if k != kind)
+            raise SourceError(
+                path,
+                None,
+                None,
+                f"holds {kind} but {other} holds the other kind: import rollout dumps and "
+                "agent-loop trajectories separately",
+            )
+        if kind == "agent-loop trajectories":
+            yield from _read_trajectories(path, labels[path], first, lines)
         else:
             yield from _read_dump(path, labels[path], first, lines)
