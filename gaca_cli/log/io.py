@@ -646,7 +646,7 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[str]:
     and files named otherwise are kept."""
     out = Path(out)
     prefix = _temporary_prefix(out)
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(out.parent)
     except OSError:
