@@ -490,13 +490,17 @@ def check_work_dir(work_dir: Path, print_: dict, resume: bool) -> int:
 
 def prepare_work_dir(work_dir: Path, print_: dict, resume: bool) -> int:
     """Check (see `check_work_dir`) and create the work directory with its manifest.
-    Returns the number of chunk files already there."""
+    Returns the number of chunk files already there. A work directory left empty, or with
+    only the manifest's temporary file, by a run killed while it created it is removed first."""
+    manifest = work_dir / _MANIFEST
+    tmp = manifest.with_suffix(".tmp")
+    if work_dir.is_dir() and {p.name for p in work_dir.iterdir()} <= {tmp.name}:
+        # a run killed while it created the directory (before its manifest): nothing to keep
+        shutil.rmtree(work_dir)
     found = check_work_dir(work_dir, print_, resume)
     if work_dir.exists():
         return found
-    manifest = work_dir / _MANIFEST
     work_dir.mkdir(parents=True)
-    tmp = manifest.with_suffix(".tmp")
     tmp.write_text(json.dumps(print_, indent=1, sort_keys=True), encoding="utf-8")
     os.replace(tmp, manifest)
     return 0

@@ -544,6 +544,15 @@ def _prune_checkpoints(out_dir: Path, keep: int) -> None:
     complete = sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / STATE_FILE).exists())
     for old in complete[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
+    remove_partial_checkpoints(out_dir)
+
+
+def remove_partial_checkpoints(out_dir: Path) -> None:
+    """Remove the checkpoints a run was killed while saving (`step-N.tmp`: a complete one is
+    renamed to `step-N`): after each save, and when a run is resumed."""
+    root = out_dir / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return
     for partial in root.iterdir():
         if partial.name.startswith("step-") and partial.name.endswith(".tmp"):
             shutil.rmtree(partial, ignore_errors=True)
@@ -935,6 +944,7 @@ class _Trainer:
             self.accelerator.load_state(str(self.checkpoint))
         if self.accelerator.is_main_process:
             _truncate_metrics(self.out_dir / METRICS_FILE, self.start_step)
+            remove_partial_checkpoints(self.out_dir)
 
     def save_final(self) -> dict:
         acc = self.accelerator

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from gaca_cli.log.io import atomic_path, remove_stale_temporaries, write_parquet_atomic
 
@@ -75,3 +76,49 @@ def test_an_interrupted_block_leaves_nothing(tmp_path):
     except KeyboardInterrupt:
         pass
     assert os.listdir(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- score and train-offline
+
+
+def test_a_score_work_directory_killed_while_created_is_started_again(tmp_path):
+    """`gaca score` killed between creating OUT.parts/ and renaming its manifest into place
+    leaves the directory empty or holding only the manifest's temporary file: the next run
+    starts it again instead of refusing it as someone else's directory."""
+    from gaca_cli.lm.scoring import check_work_dir, prepare_work_dir
+
+    print_ = {"tool": "gaca score", "rows": 3}
+    for leftover in ([], ["manifest.tmp"]):
+        work = tmp_path / f"out{len(leftover)}.parquet.parts"
+        work.mkdir()
+        for name in leftover:
+            (work / name).write_text("{")
+        assert prepare_work_dir(work, print_, resume=False) == 0
+        assert sorted(os.listdir(work)) == ["manifest.json"]
+        assert check_work_dir(work, print_, resume=True) == 0
+
+
+def test_a_score_work_directory_with_chunks_is_kept(tmp_path):
+    from gaca_cli.errors import GacaError
+    from gaca_cli.lm.scoring import prepare_work_dir
+
+    work = tmp_path / "out.parquet.parts"
+    work.mkdir()
+    (work / "manifest.tmp").write_text("{")
+    (work / "notes.txt").write_text("mine")
+    with pytest.raises(GacaError, match="not a gaca score work directory"):
+        prepare_work_dir(work, {"tool": "gaca score"}, resume=False)
+    assert sorted(os.listdir(work)) == ["manifest.tmp", "notes.txt"]
+
+
+def test_partial_checkpoints_are_removed(tmp_path):
+    """train-offline killed while saving a checkpoint leaves `step-N.tmp`; a resumed run
+    removes it (complete checkpoints stay)."""
+    from gaca_cli.lm.training import CHECKPOINTS_DIR, remove_partial_checkpoints
+
+    root = tmp_path / CHECKPOINTS_DIR
+    (root / "step-00000002").mkdir(parents=True)
+    (root / "step-00000004.tmp" / "model").mkdir(parents=True)
+    remove_partial_checkpoints(tmp_path)
+    assert sorted(os.listdir(root)) == ["step-00000002"]
+    remove_partial_checkpoints(tmp_path / "no-run-here")  # nothing to do
