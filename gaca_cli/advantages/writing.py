@@ -35,6 +35,7 @@ from gaca_cli.log.io import (
     read_key_value_metadata,
     read_log,
     restore_column_names,
+    statistics_null_count,
     stored_arrow_schema,
     unreadable,
     write_parquet_atomic,
@@ -148,6 +149,15 @@ def write_annotated(
     full = read_log(paths, column_map) if log.partial else log
     if full.table.num_rows != run.new_columns.num_rows:  # the files changed while we worked
         raise GacaError("the input changed while it was being read; run again", file=log.source)
+    if log.partial and log.plain_files:  # the columns checked from their statistics, now read
+        unread = [n for n in full.table.column_names if full.original_name(n) not in _columns_read(log)]
+        starts = [0, *full.file_row_ends[:-1].tolist()]
+        for name in unread:
+            column = full.table.column(name)
+            if pa.types.is_nested(column.type):
+                continue
+            for path, lo, hi in zip(full.files, starts, full.file_row_ends.tolist()):
+                check_null_statistics(path, full.original_name(name), column.slice(lo, hi - lo).null_count)
     table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
     table = with_stored_time_zones(table, full.files[0])
     dictionary = [n for n in table.column_names if n in _DICTIONARY_COLUMNS]
@@ -160,12 +170,20 @@ def check_copied_columns(spliced: str, files: Sequence[str], copied: Sequence[st
     """Read back the columns the splice copied byte for byte (`copied`, names in the files)
     from the spliced output, as any reader would, page checksums verified: the command never
     reads them, so this is where a damaged page of theirs is found, before the output is
-    renamed into place. A damaged input is a GacaError naming the input file and column;
-    an output that fails although every input reads is refused as a splice (the caller then
-    writes it with pyarrow). Costs a decode of the copied columns (bench/write.py)."""
+    renamed into place. Their nulls are counted too: the not-null checks took them from the
+    footers' statistics, which damaged pages no longer match. A damaged input is a GacaError
+    naming the input file and column; an output that fails although every input reads is
+    refused as a splice (the caller then writes it with pyarrow). Costs a decode of the
+    copied columns (bench/write.py)."""
+    nulls = dict.fromkeys(copied, 0)
     try:
         with open_parquet(spliced) as f:
-            rows = sum(b.num_rows for b in f.iter_batches(batch_size=_CHECK_BATCH_ROWS, columns=list(copied)))
+            rows = 0
+            for batch in f.iter_batches(batch_size=_CHECK_BATCH_ROWS, columns=list(copied)):
+                rows += batch.num_rows
+                for name, column in zip(batch.schema.names, batch.columns):
+                    nulls[name] += column.null_count
+            flat = [c.name for c in f.schema_arrow if c.name in nulls and not pa.types.is_nested(c.type)]
             if rows != f.metadata.num_rows:  # a damaged page header can make a lone column read short
                 raise pa.ArrowInvalid(f"read {rows} rows of {f.metadata.num_rows}")
     except READ_ERRORS as exc:
@@ -176,6 +194,28 @@ def check_copied_columns(spliced: str, files: Sequence[str], copied: Sequence[st
         from gaca_cli.log._splice import SpliceUnsupported
 
         raise SpliceUnsupported(f"the spliced output does not read back ({exc})") from None
+    wrong = [n for n in flat if statistics_null_count(spliced, n) not in (None, nulls[n])]
+    if wrong:
+        for path in files:
+            for name in wrong:
+                with open_parquet(path) as f:
+                    found = f.read(columns=[name]).column(0).null_count if name in f.schema_arrow.names else None
+                check_null_statistics(path, name, found)
+        from gaca_cli.log._splice import SpliceUnsupported
+
+        raise SpliceUnsupported(f"the spliced output's null counts differ from its statistics ({wrong})")
+
+
+def check_null_statistics(path: str, name: str, found: int | None) -> None:
+    """Raise a GacaError when the `found` nulls of the flat column `name` of the file `path`
+    (None: the file lacks it) are not the count its footer's statistics record."""
+    expected = statistics_null_count(path, name)
+    if found is not None and expected is not None and found != expected:
+        raise GacaError(
+            f"not a readable Parquet file (its pages hold {found} nulls, its footer's statistics say {expected})",
+            file=path,
+            column=name,
+        )
 
 
 def _columns_read(log: Log) -> set[str]:

@@ -111,19 +111,10 @@ class Log:
         name = self.original_name(column)
         total = 0
         for path in self.files:
-            meta = pq.read_metadata(path)
-            names = meta.schema.to_arrow_schema().names
-            if name not in names:
-                total += meta.num_rows  # missing in this file: null in all its rows
-                continue
-            leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == name]
-            if len(leaves) != 1:  # nested: the leaf counts are not the column's nulls
+            count = statistics_null_count(path, name)
+            if count is None:
                 return None
-            for g in range(meta.num_row_groups):
-                stats = meta.row_group(g).column(leaves[0]).statistics
-                if stats is None or not stats.has_null_count:
-                    return None
-                total += stats.null_count
+            total += count
         return total
 
     def read_column(self, column: str) -> pa.ChunkedArray:
@@ -187,6 +178,25 @@ class Log:
 
     def original_name(self, column: str) -> str:
         return self.renamed.get(column, column)
+
+
+def statistics_null_count(path: str, name: str) -> int | None:
+    """Nulls in the top-level column `name` of one file, from its footer's statistics (all
+    its rows when the file lacks the column); None when a row group does not record it or
+    the column is nested (its leaves' counts are not the column's nulls)."""
+    meta = pq.read_metadata(path)
+    if name not in meta.schema.to_arrow_schema().names:
+        return meta.num_rows  # missing in this file: null in all its rows
+    leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == name]
+    if len(leaves) != 1:
+        return None
+    total = 0
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(leaves[0]).statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        total += stats.null_count
+    return total
 
 
 def expand_inputs(paths: Sequence[str | os.PathLike]) -> list[tuple[str, bool]]:

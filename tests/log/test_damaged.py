@@ -9,8 +9,10 @@ the table pyarrow reads from the damaged file with page checksums verified, and 
 The corpus: a tiny log (40 rows) written five ways (pyarrow's defaults; with page checksums;
 with checksums and gzip; DELTA_BYTE_ARRAY text; no statistics), each damaged in the anchor
 column, the id columns, a float column and a carried text column the command never reads:
-truncated, a bit flipped in a page header, in the values, in the dictionary page, and a
-header flip that makes a lone read of the column return no rows (found by a search below).
+truncated, a bit flipped in a page header, in the values, in the dictionary page, a header
+flip that makes a lone read of the column return no rows, and a flip in the definition
+levels that turns values into nulls the footer's statistics do not count (both found by a
+search over the first bytes of the data page).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ WRITERS = {
     "no-statistics": {"write_statistics": False},
 }
 COLUMNS = ["anchor_obs", "group_id", "traj_id", "reward", "prompt"]
-DAMAGES = ["truncated", "page-header", "values", "dictionary-values", "short-read"]
+DAMAGES = ["truncated", "page-header", "values", "dictionary-values", "short-read", "null-levels"]
 
 
 def rows(copies: int = 4) -> dict[str, list]:
@@ -56,6 +58,14 @@ def chunk_of(path: Path, column: str) -> pq.ColumnChunkMetaData:
     meta = pq.read_metadata(path)
     leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index(column)
     return meta.row_group(0).column(leaf)
+
+
+def lone_read_nulls(path: Path, column: str) -> int | None:
+    """Nulls pyarrow reads in `column` alone (checksums verified); None when it fails."""
+    try:
+        return pq.ParquetFile(path, page_checksum_verification=True).read(columns=[column]).column(0).null_count
+    except (pa.ArrowException, OSError):
+        return None
 
 
 def lone_read_rows(path: Path, column: str) -> int | None:
@@ -83,13 +93,16 @@ def damage(src: Path, dest: Path, column: str, how: str) -> Path | None:
         if not meta.dictionary_page_offset:
             return None
         data[meta.data_page_offset - 3] ^= 0x01
-    elif how == "short-read":
-        for pos in range(meta.data_page_offset, min(meta.data_page_offset + 24, end)):
+    elif how in ("short-read", "null-levels"):  # the first flip that does it
+        last = min(meta.data_page_offset + (24 if how == "short-read" else 48), end)
+        for pos in range(meta.data_page_offset, last):
             for bit in (0x01, 0x80):
                 data[pos] ^= bit
                 dest.write_bytes(bytes(data))
-                if lone_read_rows(dest, column) == 0:
+                if how == "short-read" and lone_read_rows(dest, column) == 0:
                     return dest
+                if how == "null-levels" and lone_read_nulls(dest, column) not in (0, None):
+                    return dest  # non-null values read as nulls: the footer's null counts are wrong
                 data[pos] ^= bit
         return None
     dest.write_bytes(bytes(data))
@@ -105,6 +118,21 @@ def sources(tmp_path_factory) -> dict[str, Path]:
         out[name] = d / f"{name}.parquet"
         pq.write_table(table, out[name], **options)
     return out
+
+
+@pytest.fixture(scope="module")
+def damaged_file(sources, tmp_path_factory):
+    """`damaged_file(writer, column, how)`: that damaged file, made once for the module's tests."""
+    d = tmp_path_factory.mktemp("damaged")
+    made: dict[tuple[str, str, str], Path | None] = {}
+
+    def get(writer: str, column: str, how: str) -> Path | None:
+        key = (writer, column, how)
+        if key not in made:
+            made[key] = damage(sources[writer], d / f"{writer}-{column}-{how}.parquet", column, how)
+        return made[key]
+
+    return get
 
 
 def assert_one_error(stderr: str, *fragments: str) -> None:
@@ -129,8 +157,8 @@ CASES = [(w, c, d) for w in WRITERS for c in COLUMNS for d in DAMAGES]
 
 
 @pytest.mark.parametrize("writer,column,how", CASES, ids=["-".join(c) for c in CASES])
-def test_damaged_file(tmp_path, sources, capfd, writer, column, how):
-    damaged = damage(sources[writer], tmp_path / "damaged.parquet", column, how)
+def test_damaged_file(tmp_path, sources, damaged_file, capfd, writer, column, how):
+    damaged = damaged_file(writer, column, how)
     if damaged is None:
         pytest.skip(f"{column} of the {writer} file has no part to damage that way")
     verifier_reads = lone_read_rows(damaged, column) == pq.read_metadata(sources[writer]).num_rows and (
@@ -162,8 +190,8 @@ def test_damaged_file(tmp_path, sources, capfd, writer, column, how):
 
 
 @pytest.mark.parametrize("writer,column,how", CASES, ids=["-".join(c) for c in CASES])
-def test_damaged_file_validate(tmp_path, sources, capfd, writer, column, how):
-    damaged = damage(sources[writer], tmp_path / "damaged.parquet", column, how)
+def test_damaged_file_validate(tmp_path, sources, damaged_file, capfd, writer, column, how):
+    damaged = damaged_file(writer, column, how)
     if damaged is None:
         pytest.skip(f"{column} of the {writer} file has no part to damage that way")
     verifier_reads = lone_read_rows(damaged, column) == pq.read_metadata(sources[writer]).num_rows and (
