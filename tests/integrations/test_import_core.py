@@ -67,6 +67,8 @@ def test_missing_notes():
     assert core._missing(full, steps_per_traj=3) == []
     notes = core._missing(["group_id", "traj_id", "step_idx", "reward"], steps_per_traj=1)
     assert len(notes) == 4 and "anchor" in notes[0] and "score" in notes[1] and "one step" in notes[3]
+    tokens = ["group_id", "traj_id", "step_idx", "reward", "prompt_token_ids", "action_token_ids"]
+    assert not any("cannot run" in note for note in core._missing(tokens, steps_per_traj=2))
 
 
 def test_sources_directories_and_globs(tmp_path):

@@ -198,8 +198,8 @@ def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
             "no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; "
             "use --method grpo, or log anchor_obs"
         )
-    if not have & {"prompt", "messages"} or "action" not in have:
-        notes.append("no prompt/messages or action text: gaca score and train-offline cannot run")
+    if not have & {"prompt", "messages", "prompt_token_ids"} or not have & {"action", "action_token_ids"}:
+        notes.append("no prompt/messages or action (text or token ids): gaca score and train-offline cannot run")
     if "behavior_logprobs" not in have:
         notes.append("no behavior_logprobs: gaca's criticality needs `gaca score` first")
     if steps_per_traj <= 1:
