@@ -23,7 +23,7 @@ from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet
+from gaca_cli.log.io import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet, statistics_null_count
 
 if TYPE_CHECKING:
     import polars as pl
@@ -193,12 +193,15 @@ class StreamedAnchors(Anchors):
                 raise GacaError("the input changed while it was being read; run again", file=path)
             wanted = np.diff(self._batch_start)[self._batch_file == f].tolist()  # rows of each batch
             pending: list[pa.Array] = []
-            have = 0
+            have = nulls = read = 0
+            expected = int(sum(wanted))
             try:
                 with open_parquet(path) as reader:
                     for batch in reader.iter_batches(batch_size=self._size, columns=[self.column]):
                         pending.append(plain(batch.column(0)))
                         have += batch.num_rows
+                        read += batch.num_rows
+                        nulls += batch.column(0).null_count
                         while wanted and have >= wanted[0]:
                             text = pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
                             head, rest = text.slice(0, wanted[0]), text.slice(wanted[0])
@@ -208,8 +211,15 @@ class StreamedAnchors(Anchors):
                 raise GacaError(
                     f"not a readable Parquet file ({_first_line(exc)})", file=path, column=self.column
                 ) from None
-            if wanted or have:
+            if _stamp(path) != self._stamps[f]:
                 raise GacaError("the input changed while it was being read; run again", file=path)
+            # the not-null check took the footer's count: pages that disagree are damaged
+            recorded = statistics_null_count(path, self.column)
+            problem = f"its pages hold {read} rows, its footer says {expected}" if read != expected else None
+            if problem is None and recorded is not None and recorded != nulls:
+                problem = f"its pages hold {nulls} nulls, its footer's statistics say {recorded}"
+            if problem is not None:
+                raise GacaError(f"not a readable Parquet file ({problem})", file=path, column=self.column)
 
     def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
         a, b = self._rows(rows_a), self._rows(rows_b)
