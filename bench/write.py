@@ -13,12 +13,19 @@ plain / splice (> 1: the splice is better). The logs come from bench/synth.py (c
 bench/data/); both children find the input in the page cache, so the figures are those of a
 warm disk.
 
+The splice never decodes the columns it copies; those the command did not read (prompts,
+observations) it reads back from the output before renaming it into place, so that a damaged
+page is an error and not a broken output (`check_copied_columns` in gaca_cli/advantages/
+writing.py). `--carried-text` adds such a column (a copy of anchor_obs named `observation`)
+to the log, and the "read-back s" column shows the part of the splice's time that check took.
+
 The house rule this measures (our own code must earn its place by >= 2x on a figure users
 feel) is checked on the write time at the largest size: the program exits 1 when the splice's
 wall-time gain there is under 2x.
 
     python bench/write.py                        # 30k, 1M and 10M rows, one run each
     python bench/write.py --rows 30000 1000000 --repeat 3 --check
+    python bench/write.py --rows 1000000 --carried-text   # the read-back's cost
 """
 
 from __future__ import annotations
@@ -52,11 +59,23 @@ TARGET_GAIN = 2.0
 def child(log_path: str, out_path: str, method: str) -> dict:
     """Read and compute (untimed), then write once through `write_annotated`; GACA_NO_SPLICE
     in the environment chooses the path."""
+    from gaca_cli.advantages import writing
     from gaca_cli.advantages.config import AdvantagesConfig
     from gaca_cli.advantages.reading import read_for_advantages
     from gaca_cli.advantages.run import compute_advantages, gc_paused
     from gaca_cli.advantages.writing import write_annotated
 
+    check = writing.check_copied_columns
+    check_s = [0.0]
+
+    def timed_check(*args):
+        t = time.perf_counter()
+        try:
+            check(*args)
+        finally:
+            check_s[0] += time.perf_counter() - t
+
+    writing.check_copied_columns = timed_check
     config = AdvantagesConfig(method=method)
     with gc_paused():  # as the command runs it
         log = read_for_advantages([log_path], {}, config)
@@ -66,7 +85,14 @@ def child(log_path: str, out_path: str, method: str) -> dict:
         how = write_annotated(run, out_path, [log_path], {})
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"how": how, "wall_s": wall, "cpu_s": cpu, "rss_before": rss_before, "rss_after": rss_after}
+    return {
+        "how": how,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "check_s": check_s[0],
+        "rss_before": rss_before,
+        "rss_after": rss_after,
+    }
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -78,6 +104,7 @@ class Measurement:
     path: str
     wall_s: float
     cpu_s: float
+    check_s: float
     size_bytes: int
     rss_before: int
     rss_after: int
@@ -97,7 +124,9 @@ def measure(log_path: Path, path: str, rows: int, method: str, out_path: Path) -
     if res["how"] != want:
         raise SystemExit(f"the {path} child wrote the output {res['how']!r}, not {want!r}:\n{proc.stderr[-3000:]}")
     size = out_path.stat().st_size
-    return Measurement(rows, path, res["wall_s"], res["cpu_s"], size, res["rss_before"], res["rss_after"])
+    return Measurement(
+        rows, path, res["wall_s"], res["cpu_s"], res["check_s"], size, res["rss_before"], res["rss_after"]
+    )
 
 
 def same_content(a: Path, b: Path) -> bool:
@@ -114,12 +143,25 @@ def same_content(a: Path, b: Path) -> bool:
     )
 
 
+def with_carried_text(log_path: Path, dest: Path) -> Path:
+    """The log with a copy of its anchor_obs column named `observation`, which
+    `gaca advantages` does not read and carries to its output (written once, not timed)."""
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(log_path)
+    table = source.read()
+    table = table.append_column("observation", table.column("anchor_obs"))
+    rows_per_group = source.metadata.row_group(0).num_rows
+    pq.write_table(table, dest, row_group_size=rows_per_group, compression="zstd")
+    return dest
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f}"
 
 
 def report(results: list[Measurement], log_sizes: dict[int, int]) -> tuple[str, dict[int, dict[str, float]]]:
-    head = ("rows", "path", "write s", "cpu s", "output MB", "input MB", "RSS before MB", "peak RSS MB")
+    head = ("rows", "path", "write s", "read-back s", "cpu s", "output MB", "input MB", "RSS before MB", "peak RSS MB")
     lines = [head]
     ratios: dict[int, dict[str, float]] = {}
     for rows in sorted({m.rows for m in results}):
@@ -131,6 +173,7 @@ def report(results: list[Measurement], log_sizes: dict[int, int]) -> tuple[str, 
                     f"{rows:,}",
                     p,
                     f"{m.wall_s:.2f}",
+                    f"{m.check_s:.2f}",
                     f"{m.cpu_s:.2f}",
                     _mb(m.size_bytes),
                     _mb(log_sizes[rows]),
@@ -151,6 +194,7 @@ def report(results: list[Measurement], log_sizes: dict[int, int]) -> tuple[str, 
                 f"{rows:,}",
                 "plain/splice",
                 f"{r['wall']:.1f}x",
+                "",
                 f"{r['cpu']:.1f}x",
                 f"{r['size']:.2f}x",
                 "",
@@ -173,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", default="gaca", choices=("grpo", "gigpo", "gaca"))
     parser.add_argument("--check", action="store_true", help="also check that both outputs read back the same")
     parser.add_argument("--json", action="store_true", help="print the measurements as JSON on stdout")
+    parser.add_argument(
+        "--carried-text",
+        action="store_true",
+        help="add a text column the command does not read (the splice reads it back to check it)",
+    )
     parser.add_argument("--_child", nargs=3, metavar=("LOG", "OUT", "METHOD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._child:
@@ -188,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=synth.DATA_DIR.parent, prefix="write-bench-") as tmp:
         for rows in args.rows:
             log_path = synth.ensure_log(rows)
+            if args.carried_text:
+                log_path = with_carried_text(log_path, Path(tmp) / f"carried-{rows}.parquet")
             log_sizes[rows] = log_path.stat().st_size
             outs = {p: Path(tmp) / f"{p}-{rows}.parquet" for p in PATHS}
             for i in range(args.repeat):
