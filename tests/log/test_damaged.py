@@ -263,3 +263,40 @@ def test_a_damaged_carried_column_is_not_copied(tmp_path, sources):
     assert_one_error(res.stderr, str(damaged), "column 'prompt'")
     assert old.read_bytes() == b"previous output\n"
     assert sorted(os.listdir(tmp_path)) == ["annotated.parquet", "damaged.parquet"]
+
+
+def test_the_damaged_file_of_several_is_named(tmp_path):
+    """Two input files, the second damaged in a carried column: the Error names that file."""
+    table = to_table(rows())
+    good, whole, bad = tmp_path / "a.parquet", tmp_path / "b-whole.parquet", tmp_path / "b.parquet"
+    pq.write_table(table.slice(0, 20), good, compression="gzip", write_page_checksum=True)
+    pq.write_table(table.slice(20), whole, compression="gzip", write_page_checksum=True)
+    damage(whole, bad, "prompt", "values")
+    out = tmp_path / "out" / "annotated.parquet"
+    res = runner.invoke(app, ["advantages", str(good), str(bad), "--method", "grpo", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    assert_one_error(res.stderr, str(bad), "column 'prompt'", "not a readable Parquet file")
+    assert str(good) not in res.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("column", ["anchor_obs", "prompt"])
+def test_a_damaged_file_in_a_directory_is_named(tmp_path, column):
+    """A directory (hive partitions) with one damaged file: the Error names that file and the
+    column, for advantages (which reads and rewrites directories with pyarrow.dataset) and
+    validate."""
+    table = to_table(rows())
+    logs = tmp_path / "logs"
+    for part, (lo, hi) in enumerate([(0, 20), (20, 40)]):
+        (logs / f"part={part}").mkdir(parents=True)
+        pq.write_table(table.slice(lo, hi - lo), logs / f"part={part}" / "data.parquet", write_page_checksum=True)
+    bad = logs / "part=1" / "data.parquet"
+    damage(bad, bad, column, "dictionary-values")
+    out = tmp_path / "out" / "annotated.parquet"
+    res = runner.invoke(app, ["advantages", str(logs), "--method", "gaca", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    assert_one_error(res.stderr, str(bad), f"column '{column}'", "not a readable Parquet file")
+    assert not out.exists()
+    res = runner.invoke(app, ["validate", str(logs)])
+    assert res.exit_code == 1, res.output
+    assert_one_error(res.stderr, str(bad), f"column '{column}'")
