@@ -9,10 +9,13 @@ plan) and run in microseconds, so the language model is the only cost.
 The world of `QuestSpec(seed)` (deterministic given the spec):
 * `rooms` rooms joined as a random tree; each link is a compass exit and its opposite.
 * a chest in the room farthest from the start; its lock has a colour, named in the quest.
-* a key rack in another room, holding `keys` keys of distinct colours: one matches the lock.
+* a key rack in another room, holding `keys` keys: the first `keys` colours of `COLOURS` in
+  a random order (so that a small model need not learn a large colour vocabulary); one
+  matches the lock, whose colour is drawn among them.
   Taking a key from the rack is decisive: the rack releases one key and the others fall into
   a crack in the floor, so a wrong key loses the game on the spot ("lost").
 * `distractors` objects spread over the rooms: they can be taken and dropped, to no effect.
+* the treasure, one of the first `treasures` names of `TREASURES`.
 
 The quest: "Find the <treasure>: it is in the chest with the <colour> lock." A walkthrough
 is: walk to the rack, take the matching key, walk to the chest, unlock it, open it, take the
@@ -51,18 +54,21 @@ class QuestSpec:
     rooms: int = 5
     keys: int = 2
     distractors: int = 4
+    treasures: int = 1
 
     def __post_init__(self) -> None:
         if not 3 <= self.rooms <= len(ROOM_NAMES):
             raise ValueError(f"QuestSpec.rooms must be in 3..{len(ROOM_NAMES)}, got {self.rooms}")
         if not 1 <= self.keys <= len(COLOURS):
             raise ValueError(f"QuestSpec.keys must be in 1..{len(COLOURS)}, got {self.keys}")
+        if not 1 <= self.treasures <= len(TREASURES):
+            raise ValueError(f"QuestSpec.treasures must be in 1..{len(TREASURES)}, got {self.treasures}")
         if not 0 <= self.distractors <= len(DISTRACTORS):
             raise ValueError(f"QuestSpec.distractors must be in 0..{len(DISTRACTORS)}, got {self.distractors}")
 
     @property
     def name(self) -> str:
-        return f"kq-r{self.rooms}-k{self.keys}-d{self.distractors}-g{self.seed}"
+        return f"kq-r{self.rooms}-k{self.keys}-d{self.distractors}-t{self.treasures}-g{self.seed}"
 
     def new_game(self) -> KeyQuest:
         return KeyQuest(build_world(self))
@@ -88,7 +94,7 @@ class World:
 
 
 def build_world(spec: QuestSpec) -> World:
-    rng = np.random.default_rng([spec.seed, spec.rooms, spec.keys, spec.distractors])
+    rng = np.random.default_rng([spec.seed, spec.rooms, spec.keys, spec.distractors, spec.treasures])
     names = tuple(str(n) for n in rng.choice(ROOM_NAMES, size=spec.rooms, replace=False))
     exits: list[dict[str, int]] = [{} for _ in names]
     for room in range(1, spec.rooms):
@@ -104,9 +110,9 @@ def build_world(spec: QuestSpec) -> World:
     depth = _distances(exits, 0)
     chest = int(np.argmax(depth))  # the farthest room (the first one on ties)
     rack = int(rng.choice([r for r in range(1, spec.rooms) if r != chest]))
-    colours = tuple(str(c) for c in rng.choice(COLOURS, size=spec.keys, replace=False))
+    colours = tuple(str(c) for c in rng.permutation(COLOURS[: spec.keys]))  # always the first `keys` colours
     lock = colours[int(rng.integers(spec.keys))]
-    treasure = str(rng.choice(TREASURES))
+    treasure = TREASURES[int(rng.integers(spec.treasures))]
     objects = tuple(
         (str(n), int(rng.integers(spec.rooms))) for n in rng.choice(DISTRACTORS, size=spec.distractors, replace=False)
     )

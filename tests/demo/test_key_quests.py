@@ -8,9 +8,9 @@ from gaca_cli.demo import key_quests as kq
 from gaca_cli.demo import textworld_games as tw
 
 SPECS = [
-    kq.QuestSpec(seed=s, rooms=r, keys=k, distractors=d)
+    kq.QuestSpec(seed=s, rooms=r, keys=k, distractors=d, treasures=t)
     for s in range(12)
-    for r, k, d in ((3, 1, 0), (5, 2, 4), (8, 3, 6))
+    for r, k, d, t in ((3, 1, 0, 1), (5, 2, 4, 1), (8, 3, 6, 4))
 ]
 
 
@@ -26,7 +26,8 @@ def test_worlds_are_connected_trees_with_the_chest_farthest_from_the_start(spec)
     depth = kq._distances(w.exits, w.start)
     assert min(depth) == 0 and depth[w.chest_room] == max(depth)
     assert w.rack_room not in (w.start, w.chest_room)
-    assert len(set(w.key_colours)) == spec.keys and w.lock_colour in w.key_colours
+    assert sorted(w.key_colours) == sorted(kq.COLOURS[: spec.keys]) and w.lock_colour in w.key_colours
+    assert w.treasure in kq.TREASURES[: spec.treasures]
     assert len({name for name, _ in w.objects}) == spec.distractors
     assert w.lock_colour in w.objective and w.treasure in w.objective
 
@@ -109,5 +110,7 @@ def test_spec_validation():
         kq.QuestSpec(0, rooms=2)
     with pytest.raises(ValueError, match="keys"):
         kq.QuestSpec(0, keys=0)
+    with pytest.raises(ValueError, match="treasures"):
+        kq.QuestSpec(0, treasures=0)
     with pytest.raises(ValueError, match="distractors"):
         kq.QuestSpec(0, distractors=99)
