@@ -47,9 +47,9 @@ def read_for_advantages(
     inputs = expand_inputs(paths)
     plain_files = not any(is_dir for _, is_dir in inputs)
     # the row count from the footers decides whether the compiled loops will run (directories:
-    # assume a large log); loading them overlaps the read
+    # assume a large log); loading them, and pandas for pyarrow, overlaps the read
     n_rows = _footer_rows([p for p, _ in inputs]) if plain_files else sys.maxsize
-    threading.Thread(target=_warm_up_kernels, args=(n_rows,), name="gaca-kernels", daemon=True).start()
+    threading.Thread(target=_warm_up, args=(n_rows,), name="gaca-kernels", daemon=True).start()
     deferred: list[str] = []  # the anchor column, read after the others if it is held
 
     def choose(names: list[str]) -> list[str]:
@@ -80,11 +80,23 @@ def _footer_rows(files: list[str]) -> int:
         return sys.maxsize
 
 
-def _warm_up_kernels(n_rows: int) -> None:
-    """Import and load the compiled kernels a log of `n_rows` rows will use while the main
-    thread reads (pyarrow and polars release the GIL); nothing for a log the numpy code
-    computes. Errors are left to the real calls, which report them properly."""
+def _warm_up(n_rows: int) -> None:
+    """While the main thread reads (pyarrow and polars release the GIL), run the imports the
+    compute phase would otherwise start with, in the order it needs them:
+
+    - pyarrow's first conversion between Arrow and numpy (`to_numpy`, `pa.array`; the log
+      checks make the first) imports pandas where it is installed, ~0.2 s, although no
+      pandas object is ever made: one tiny conversion runs it here;
+    - the compiled kernels a log of `n_rows` rows will use (numba's start-up); nothing for a
+      log the numpy code computes.
+
+    Errors are left to the real calls, which report them properly."""
     try:
+        import numpy as np
+        import pyarrow as pa
+
+        pa.array(np.zeros(1)).to_numpy()
+
         from gaca_cli.advantages.run import warm_up_kernels
 
         warm_up_kernels(n_rows)

@@ -57,3 +57,52 @@ def test_a_usage_error_is_found_before_any_data_library_loads():
     result = run_probe("train-offline", "missing.parquet", "--model", "m", "-o", "out", "--lr", "-1")
     assert result["code"] == 2
     assert not set(result["loaded"]) & {"numpy", "pyarrow", "polars", "torch"}
+
+
+def test_inspect_loads_only_the_libraries_it_draws_with(tmp_path):
+    """`gaca inspect` reads with pyarrow and draws with rich: polars (used by `--compare` and
+    `--plot` to recompute step groups), numba and torch stay unloaded."""
+    from gaca_cli.advantages.config import AdvantagesConfig
+    from gaca_cli.advantages.run import compute_advantages
+    from gaca_cli.log.io import read_log, write_parquet_atomic
+    from tests.conftest import EXAMPLE_LOG
+
+    run = compute_advantages(read_log([EXAMPLE_LOG]), AdvantagesConfig(method="gaca"))
+    annotated = tmp_path / "example.gaca.parquet"
+    write_parquet_atomic(run.table, annotated, run.metadata)
+    for view in ([], ["--traj", "task-00/r0"], ["--top", "5", "--by", "weight"]):
+        result = run_probe("inspect", str(annotated), "--no-pager", *view)
+        assert result["code"] == 0 and {"pyarrow", "rich"} <= set(result["loaded"]), (view, result)
+        assert not set(result["loaded"]) & {"polars", "numba", "torch", "transformers"}, (view, result)
+
+
+_WARM_UP_PROBE = r"""
+import importlib.abc, sys, threading
+found = {}
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        found.setdefault(name, threading.current_thread().name)
+sys.meta_path.insert(0, Watch())
+from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.advantages.reading import read_for_advantages
+assert "pandas" not in sys.modules
+log = read_for_advantages([sys.argv[1]], {}, AdvantagesConfig(method="gaca"))
+[t.join() for t in threading.enumerate() if t.name == "gaca-kernels"]
+print(found.get("pandas"), "pandas" in sys.modules)
+"""
+
+
+def test_advantages_imports_pandas_for_pyarrow_while_it_reads():
+    """pyarrow imports pandas (where installed) at its first conversion to numpy; `gaca
+    advantages` has it imported by its background thread while the log is read, instead of
+    at the start of the compute phase."""
+    import pytest
+
+    pytest.importorskip("pandas")
+    from tests.conftest import EXAMPLE_LOG
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _WARM_UP_PROBE, str(EXAMPLE_LOG)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["gaca-kernels", "True"], proc.stdout
