@@ -317,7 +317,7 @@ def _polars_reads(t: pa.DataType) -> bool:
     )
 
 
-def _verifying_format() -> ds.ParquetFileFormat:  # noqa: N802 - reads like the constant it stands for
+def _verifying_format() -> ds.ParquetFileFormat:
     """pyarrow.dataset's Parquet format, verifying page checksums as `open_parquet` does."""
     import pyarrow.dataset as ds
 
@@ -500,8 +500,9 @@ def read_log(
     `column_map` maps canonical names to the names in the files (`--map NEW=OLD`).
     `columns`, when given, limits reading to those canonical columns (missing ones are fine),
     or chooses them from the canonical names of every column of the files (a callable);
-    `dictionary` and `via_polars` (canonical names) choose faster readers for text columns of
-    plain files (see `_read_file`); values are the same either way, only the Arrow type differs.
+    `dictionary` and `via_polars` (canonical names) choose the Arrow types of text columns of
+    plain files for the code that uses them (see `_read_file`); values are the same either way.
+    Every page checksum a file has is verified; a damaged file is a GacaError naming it.
     """
     column_map = dict(column_map or {})
 
