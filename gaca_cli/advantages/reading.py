@@ -43,13 +43,15 @@ def read_for_advantages(
     dictionary-encoded (cheap to rank). An anchor column of plain Parquet files that would
     take more than `HOLD_ANCHOR_BYTES` in memory stays on disk (`StreamedAnchors`: its hashes,
     from one pass in batches, and the text of candidate pairs read again to compare them);
-    a smaller one, one of directories, or one that is not text, is read by polars and held."""
+    a smaller one, one of directories, or one that is not text, is read and held (polars
+    hashes it). The libraries the compute phase starts with are imported meanwhile (`_warm_up`)."""
     inputs = expand_inputs(paths)
     plain_files = not any(is_dir for _, is_dir in inputs)
-    # the row count from the footers decides whether the compiled loops will run (directories:
-    # assume a large log); loading them, and pandas for pyarrow, overlaps the read
-    n_rows = _footer_rows([p for p, _ in inputs]) if plain_files else sys.maxsize
-    threading.Thread(target=_warm_up, args=(n_rows,), name="gaca-kernels", daemon=True).start()
+    # the footers tell whether the compiled loops will run and whether polars will hash anchors
+    # (directories: assume a large log with anchors); importing them overlaps the read
+    anchor_names = [column_map.get(n, n) for n in (C.ANCHOR_KEY, C.ANCHOR_OBS)]
+    n_rows, has_anchors = _footer_facts([p for p, _ in inputs], anchor_names) if plain_files else (sys.maxsize, True)
+    threading.Thread(target=_warm_up, args=(n_rows, has_anchors), name="gaca-kernels", daemon=True).start()
     deferred: list[str] = []  # the anchor column, read after the others if it is held
 
     def choose(names: list[str]) -> list[str]:
@@ -71,24 +73,28 @@ def read_for_advantages(
     return log
 
 
-def _footer_rows(files: list[str]) -> int:
-    """The files' row count from their footers; a large number when one cannot be read (the
-    read that follows reports that file properly)."""
+def _footer_facts(files: list[str], anchor_names: Sequence[str]) -> tuple[int, bool]:
+    """From the files' footers: their row count, and whether one has a column named in
+    `anchor_names` (the names in the files); a large log with anchors when a footer cannot be
+    read (the read that follows reports that file properly)."""
     try:
-        return sum(pq.read_metadata(f).num_rows for f in files)
+        metas = [pq.read_metadata(f) for f in files]
     except (OSError, ValueError):
-        return sys.maxsize
+        return sys.maxsize, True
+    anchors = any(set(anchor_names).intersection(m.schema.to_arrow_schema().names) for m in metas)
+    return sum(m.num_rows for m in metas), anchors
 
 
-def _warm_up(n_rows: int) -> None:
-    """While the main thread reads (pyarrow and polars release the GIL), run the imports the
-    compute phase would otherwise start with, in the order it needs them:
+def _warm_up(n_rows: int, anchors: bool) -> None:
+    """While the main thread reads (pyarrow releases the GIL), run the imports the compute
+    phase would otherwise make, in the order it needs them:
 
     - pyarrow's first conversion between Arrow and numpy (`to_numpy`, `pa.array`; the log
       checks make the first) imports pandas where it is installed, ~0.2 s, although no
       pandas object is ever made: one tiny conversion runs it here;
     - the compiled kernels a log of `n_rows` rows will use (numba's start-up); nothing for a
-      log the numpy code computes.
+      log the numpy code computes;
+    - polars, which hashes the anchors (`anchors`: the log has an anchor column), ~0.1 s.
 
     Errors are left to the real calls, which report them properly."""
     try:
@@ -100,5 +106,7 @@ def _warm_up(n_rows: int) -> None:
         from gaca_cli.advantages.run import warm_up_kernels
 
         warm_up_kernels(n_rows)
+        if anchors:
+            import polars  # noqa: F401
     except Exception:  # noqa: BLE001 - the computation itself will raise it with context
         pass

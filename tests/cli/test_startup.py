@@ -85,24 +85,29 @@ class Watch(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Watch())
 from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.advantages.reading import read_for_advantages
-assert "pandas" not in sys.modules
-log = read_for_advantages([sys.argv[1]], {}, AdvantagesConfig(method="gaca"))
+assert not {"pandas", "polars"} & set(sys.modules)
+log = read_for_advantages([sys.argv[1]], {}, AdvantagesConfig(method="grpo"))
 [t.join() for t in threading.enumerate() if t.name == "gaca-kernels"]
-print(found.get("pandas"), "pandas" in sys.modules)
+print(found.get("pandas"), found.get("polars"))
 """
 
 
-def test_advantages_imports_pandas_for_pyarrow_while_it_reads():
-    """pyarrow imports pandas (where installed) at its first conversion to numpy; `gaca
-    advantages` has it imported by its background thread while the log is read, instead of
-    at the start of the compute phase."""
+def test_advantages_imports_pandas_and_polars_while_it_reads(tmp_path):
+    """pyarrow imports pandas (where installed) at its first conversion to numpy, and polars
+    hashes the anchors: `gaca advantages` has both imported by its background thread while the
+    log is read, instead of in the compute phase; polars only for a log with anchors."""
+    import pyarrow.parquet as pq
     import pytest
 
     pytest.importorskip("pandas")
     from tests.conftest import EXAMPLE_LOG
 
-    proc = subprocess.run(
-        [sys.executable, "-c", _WARM_UP_PROBE, str(EXAMPLE_LOG)], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["gaca-kernels", "True"], proc.stdout
+    no_anchors = tmp_path / "no_anchors.parquet"
+    table = pq.read_table(EXAMPLE_LOG)
+    pq.write_table(table.drop_columns([n for n in ("anchor_obs", "anchor_key") if n in table.column_names]), no_anchors)
+    for log, expected in ((EXAMPLE_LOG, ["gaca-kernels", "gaca-kernels"]), (no_anchors, ["gaca-kernels", "None"])):
+        proc = subprocess.run(
+            [sys.executable, "-c", _WARM_UP_PROBE, str(log)], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == expected, (log, proc.stdout)
