@@ -220,6 +220,10 @@ def heat_map(cells: list[dict], path: Path) -> bool:
             star = "*" if d and d["low"] is not None and (d["low"] > 0 or d["high"] < 0) else ""
             ax.text(j, i, f"{c['value']:g}\n{grid[i, j]:+.3f}{star}", ha="center", va="center", fontsize=8)
     bound = float(np.nanmax(np.abs(grid))) or 1.0
+    for text in ax.texts:  # white on the darkest cells
+        x, y = text.get_position()
+        if abs(grid[int(y), int(x)]) > 0.6 * bound:
+            text.set_color("white")
     image = ax.imshow(grid, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
     ax.set_yticks(range(len(factors)), factors)
     ax.set_xticks([])

@@ -103,11 +103,12 @@ def plot(doc: dict, path: Path) -> bool:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, split in zip(axes, SPLITS):
         for label in summary["methods"]:
-            cells = summary["splits"][split]["success"][label]
-            x = list(range(len(cells)))
-            mean = [c["mean"] for c in cells]
-            low = [c["low"] if c["low"] is not None else c["mean"] for c in cells]
-            high = [c["high"] if c["high"] is not None else c["mean"] for c in cells]
+            # iterations that were not measured (held-out games between 0 and K) are left out
+            cells = [(k, c) for k, c in enumerate(summary["splits"][split]["success"][label]) if c["mean"] is not None]
+            x = [k for k, _ in cells]
+            mean = [c["mean"] for _, c in cells]
+            low = [c["low"] if c["low"] is not None else c["mean"] for _, c in cells]
+            high = [c["high"] if c["high"] is not None else c["mean"] for _, c in cells]
             style = "--" if label == "start" else "-"
             (line,) = ax.plot(x, mean, style, marker="o", label=label)
             ax.fill_between(x, low, high, alpha=0.15, color=line.get_color())
