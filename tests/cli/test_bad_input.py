@@ -1,16 +1,24 @@
-"""Bad input files for each command that reads a log, where tests/log/test_checks.py does not
-already cover them (it runs missing, empty, non-Parquet files and every schema rule through
-`advantages` and `validate`; tests/cli/test_cli.py covers bad output locations): truncated
-files for those two, and every kind of unreadable file for `inspect`.
+"""Bad input files for each command that reads a log, where other tests do not already cover
+them: tests/log/test_checks.py runs missing, empty and non-Parquet files and every schema rule
+through `advantages` and `validate`, tests/log/test_damaged.py damaged files through those
+two, tests/cli/test_cli.py bad output locations for advantages, score and train-offline, and
+tests/lm/ bad models and a few bad logs for score and train-offline. Here: truncated and
+zero-byte files for `advantages` and `validate`; for `inspect`, `score` and `train-offline`,
+every kind of unreadable file (missing, zero bytes, not Parquet, truncated, no rows, a page
+whose checksum fails) and a broken rule of each kind (null, NaN, duplicate step, gap).
 
-Each: exit 1, exactly one line on stderr, an `Error:` line naming the file; nothing written.
+Each: exit 1, exactly one line on stderr, an `Error:` line naming the file (and the column
+of a broken rule); nothing written. `score` and `train-offline` read the log before they
+load a model, so a model path that does not exist is enough: the log's error comes first.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -53,13 +61,71 @@ def _missing(tmp_path: Path) -> Path:
     return tmp_path / "nope.parquet"
 
 
-INPUTS = {"truncated": _truncated, "text": _text, "zero-bytes": _empty_file, "no-rows": _no_rows, "missing": _missing}
+def _failed_checksum(tmp_path: Path) -> Path:
+    """A log written with page checksums, one byte of its `reward` values changed."""
+    p = tmp_path / "crc.parquet"
+    pq.write_table(full_table(), p, write_page_checksum=True)
+    meta = pq.read_metadata(p)
+    leaf = [meta.schema.column(i).path for i in range(meta.num_columns)].index("reward")
+    chunk = meta.row_group(0).column(leaf)
+    data = bytearray(p.read_bytes())
+    start = chunk.dictionary_page_offset or chunk.data_page_offset
+    data[start + chunk.total_compressed_size - 3] ^= 0x01  # in the last data page's values
+    p.write_bytes(bytes(data))
+    return p
+
+
+def full_table(rows: dict[str, list] | None = None) -> pa.Table:
+    """The base log of tests/log/test_checks.py with an advantage column (train-offline's)."""
+    rows = base_rows() if rows is None else rows
+    return to_table(rows).append_column("advantage", pa.array([0.5] * len(rows["reward"])))
+
+
+def _broken(column: str, row: int, value) -> Callable[[Path], Path]:
+    def make(tmp_path: Path) -> Path:
+        rows = base_rows()
+        rows[column][row] = value
+        p = tmp_path / f"bad-{column}.parquet"
+        pq.write_table(full_table(rows), p)
+        return p
+
+    return make
+
+
+INPUTS = {
+    "truncated": _truncated,
+    "text": _text,
+    "zero-bytes": _empty_file,
+    "no-rows": _no_rows,
+    "missing": _missing,
+    "failed-checksum": _failed_checksum,
+}
+RULES = {  # a broken rule: how to break it, the column the Error names
+    "null": (_broken("group_id", 3, None), "group_id"),
+    "nan": (_broken("reward", 2, float("nan")), "reward"),
+    "duplicate": (_broken("step_idx", 1, 0), "step_idx"),
+    "gap": (_broken("step_idx", 2, 5), "step_idx"),
+}
+NO_MODEL = "/nonexistent/model"
 COMMANDS = {
     "advantages": lambda log, out: ["advantages", str(log), "--method", "gaca", "-o", str(out)],
     "validate": lambda log, out: ["validate", str(log)],
     "inspect": lambda log, out: ["inspect", str(log), "--no-pager"],
+    "score": lambda log, out: ["score", str(log), "--model", NO_MODEL, "-o", str(out)],
+    "train-offline": lambda log, out: ["train-offline", str(log), "--model", NO_MODEL, "--loss", "pg", "-o", str(out)],
 }
-CASES = [(c, i) for c in COMMANDS for i in INPUTS if c == "inspect" or i in ("truncated", "zero-bytes")]
+COVERED = {"advantages", "validate"}  # by tests/log/test_checks.py and test_damaged.py
+CASES = [(c, i) for c in COMMANDS for i in INPUTS if c not in COVERED or i in ("truncated", "zero-bytes")]
+RULE_CASES = [(c, r) for c in COMMANDS if c not in COVERED for r in RULES]
+
+
+def assert_one_error_line(res, *fragments: str) -> None:
+    assert res.exit_code == 1, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), res.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    assert res.stdout == ""
 
 
 @pytest.mark.parametrize("command,bad", CASES, ids=[f"{c}-{i}" for c, i in CASES])
@@ -68,8 +134,16 @@ def test_unreadable_input_is_one_error_line(tmp_path, command, bad):
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     res = runner.invoke(app, COMMANDS[command](log, out_dir / "o.parquet"))
-    assert res.exit_code == 1, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:") and str(log) in lines[0], res.stderr
-    assert res.stdout == ""
+    assert_one_error_line(res, str(log), *(["column 'reward'"] if bad == "failed-checksum" else []))
+    assert os.listdir(out_dir) == []
+
+
+@pytest.mark.parametrize("command,rule", RULE_CASES, ids=[f"{c}-{r}" for c, r in RULE_CASES])
+def test_a_broken_rule_is_one_error_line(tmp_path, command, rule):
+    make, column = RULES[rule]
+    log = make(tmp_path)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    res = runner.invoke(app, COMMANDS[command](log, out_dir / "o.parquet"))
+    assert_one_error_line(res, str(log), f"column '{column}'", "(traj_id, step_idx)")
     assert os.listdir(out_dir) == []
