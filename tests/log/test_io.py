@@ -366,6 +366,10 @@ def test_metadata_records_version_method_and_every_parameter(tmp_path, example_l
         "nll_reduce": "sum",
         "lambda_min": 0.1,
         "lambda_max": 0.9,
+        "epsilon": 1e-06,
+        "similarity_metric": "lcs",
+        "similarity_order": "sorted",
+        "singleton_groups": "zero",
     }
 
 
