@@ -300,3 +300,18 @@ def test_a_damaged_file_in_a_directory_is_named(tmp_path, column):
     res = runner.invoke(app, ["validate", str(logs)])
     assert res.exit_code == 1, res.output
     assert_one_error(res.stderr, str(bad), f"column '{column}'")
+
+
+@pytest.mark.parametrize(("writer", "how"), [("checksums-gzip", "values"), ("pyarrow", "null-levels")])
+def test_a_damaged_carried_column_without_the_splice(tmp_path, damaged_file, monkeypatch, writer, how):
+    """With the splice turned off (GACA_NO_SPLICE=1: the whole log read and written again by
+    pyarrow) a damaged carried column is the same one Error line, found by the read or by its
+    nulls against the footer's statistics, which the not-null check used."""
+    monkeypatch.setenv("GACA_NO_SPLICE", "1")
+    damaged = damaged_file(writer, "prompt", how)
+    assert damaged is not None
+    out = tmp_path / "annotated.parquet"
+    res = runner.invoke(app, ["advantages", str(damaged), "--method", "grpo", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    assert_one_error(res.stderr, str(damaged), "column 'prompt'", "not a readable Parquet file")
+    assert os.listdir(tmp_path) == []
