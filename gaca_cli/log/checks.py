@@ -90,7 +90,7 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
             continue
         if spec.name not in table.column_names:
             if not spec.nullable and log.null_count(spec.name) != 0:
-                nulls = _null_rows(log.read_column(spec.name))
+                nulls = log.null_rows(spec.name)
                 if len(nulls):
                     out.violations.append(_violation(log, spec.name, "must not be null", nulls))
                     bad.add(spec.name)

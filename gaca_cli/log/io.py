@@ -117,6 +117,40 @@ class Log:
             total += count
         return total
 
+    def null_rows(self, column: str) -> np.ndarray:
+        """int64 row indices (in log order) where a column of the files is null, read one row
+        group at a time, so memory stays bounded by a row group however large the column (a
+        chat history, say); a file without the column is null in every row."""
+        name = self.original_name(column)
+        found: list[np.ndarray] = []
+        offset = 0
+        for path in self.files:
+            with open_parquet(path) as f:
+                rows = f.metadata.num_rows
+                if name not in f.schema_arrow.names:
+                    found.append(np.arange(offset, offset + rows, dtype=np.int64))
+                else:
+                    start = offset
+                    for g in range(f.num_row_groups):
+                        try:
+                            part = f.read_row_group(g, columns=[name]).column(0)
+                        except READ_ERRORS as exc:
+                            raise GacaError(
+                                f"not a readable Parquet file ({_first_line(exc)})", file=path, column=name
+                            ) from None
+                        if part.length() != f.metadata.row_group(g).num_rows:
+                            raise GacaError(
+                                f"not a readable Parquet file (read {part.length()} rows of "
+                                f"{f.metadata.row_group(g).num_rows} in row group {g})",
+                                file=path,
+                                column=name,
+                            )
+                        if part.null_count:
+                            found.append(start + np.flatnonzero(part.is_null().to_numpy(zero_copy_only=False)))
+                        start += part.length()
+            offset += rows
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
     def read_column(self, column: str) -> pa.ChunkedArray:
         """One column of the log, in row order, read on its own (nulls for files without it)."""
         name = self.original_name(column)
