@@ -206,8 +206,9 @@ def test_null_prompt_is_an_error_without_reading_the_prompts(
     from gaca_cli.log.io import Log
 
     reads = []
-    original = Log.read_column
+    original, nulls = Log.read_column, Log.null_rows
     monkeypatch.setattr(Log, "read_column", lambda self, column: reads.append(column) or original(self, column))
+    monkeypatch.setattr(Log, "null_rows", lambda self, column: reads.append(column) or nulls(self, column))
     run_ok("advantages", clean, "--method", "gaca", "-o", tmp_path / "clean-out.parquet")
     assert (C.PROMPT in reads) == (not statistics)
 
