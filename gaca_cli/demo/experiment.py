@@ -314,6 +314,9 @@ class ExperimentResult:
 
 def run_experiment(config: ExperimentConfig, say: Say | None = None, workers: int = 1) -> ExperimentResult:
     """The start model, then every seed (in `workers` processes); resumable from config.out."""
+    from gaca_cli.lm.models import quiet_transformers
+
+    quiet_transformers()
     clock = time.perf_counter()
     Path(config.out).mkdir(parents=True, exist_ok=True)
     start_model(config, say)
