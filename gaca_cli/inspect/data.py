@@ -29,7 +29,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from gaca_cli.advantages.config import METHODS, AdvantagesConfig
 from gaca_cli.errors import GacaError
@@ -39,7 +38,7 @@ from gaca_cli.log.anchors import anchor_column
 from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log, expand_inputs, read_log
+from gaca_cli.log.io import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
 
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step
 N_BINS = 24  # bins of every histogram
@@ -356,7 +355,7 @@ def read_rows(log: Log, name: str, rows: np.ndarray) -> list:
         at = np.flatnonzero(file_of == f)
         path = log.files[f]
         try:
-            with pq.ParquetFile(path) as parquet:
+            with open_parquet(path) as parquet:  # page checksums verified
                 meta = parquet.metadata
                 if meta.num_rows != log.file_row_ends[f] - file_start[f]:
                     raise GacaError("the input changed while it was being read; run again", file=path)
@@ -370,10 +369,12 @@ def read_rows(log: Log, name: str, rows: np.ndarray) -> list:
                 read_start = np.cumsum(sizes[groups]) - sizes[groups]
                 place = local - (np.cumsum(sizes) - sizes)[group_of] + read_start[np.searchsorted(groups, group_of)]
                 chunk = parquet.read_row_groups(groups.tolist(), columns=[column]).column(0)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+                if len(chunk) != int(sizes[groups].sum()):  # a damaged page header can make a read short
+                    raise pa.ArrowInvalid(f"read {len(chunk)} rows of {int(sizes[groups].sum())}")
+        except READ_ERRORS as exc:
             first = str(exc).strip().splitlines()
             raise GacaError(
-                f"not a readable Parquet file ({first[0] if first else type(exc).__name__})", file=path
+                f"not a readable Parquet file ({first[0] if first else type(exc).__name__})", file=path, column=column
             ) from None
         for i, value in zip(at.tolist(), plain(chunk).take(_arrow_indices(place)).to_pylist(), strict=True):
             out[i] = value
