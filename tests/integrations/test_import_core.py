@@ -103,7 +103,11 @@ USAGE = [
     (["import", "--from", "nope", "x.jsonl"], "'--from'", "unknown format 'nope'"),
     (["import", "--from", "chat-jsonl"], "'SRC...'", "give the files"),
     (["import", "--from", "chat-jsonl", "x.jsonl", "--map", "bad"], "'--map'", "NEW=OLD"),
-    (["import", "--from", "chat-jsonl", "x.jsonl", "--reward-weights", "1,2"], "'--reward-weights'", "only --from trl and swift"),
+    (
+        ["import", "--from", "chat-jsonl", "x.jsonl", "--reward-weights", "1,2"],
+        "'--reward-weights'",
+        "only --from trl and swift",
+    ),
     (["import", "--from", "trl", "x", "--reward-weights", "1,a"], "'--reward-weights'", "comma-separated list"),
     (["import", "--from", "trl", "x", "--map", "a=b"], "'--map'", "only --from chat-jsonl"),
     (["import", "--from", "chat-jsonl", "x.jsonl", "--for", "nope"], "'--for'", "unknown command"),
@@ -146,3 +150,26 @@ def test_every_format_has_a_row_and_a_page_in_the_docs():
     for name in FORMATS:
         assert f"| `{name}` |" in table, name
         assert (ROOT / "docs" / "formats" / f"{name}.md").exists(), name
+
+
+def test_parquet_sources_are_read_with_page_checksums_verified(tmp_path):
+    import pyarrow as pa
+
+    from gaca_cli.integrations.imports.base import SourceError, iter_parquet_rows
+
+    path = tmp_path / "src.parquet"
+    pq.write_table(
+        pa.table({"text": ["MARKER-one", "two"]}),
+        path,
+        write_page_checksum=True,
+        compression="none",
+        use_dictionary=False,
+    )
+    assert [r["text"] for _, r in iter_parquet_rows(path)] == ["MARKER-one", "two"]
+    data = bytearray(path.read_bytes())
+    at = -1
+    while (at := data.find(b"MARKER-", at + 1)) >= 0:
+        data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(SourceError, match="not a readable Parquet file"):
+        list(iter_parquet_rows(path))

@@ -129,18 +129,19 @@ def iter_parquet_rows(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(0-based row number, row as a dict) for each row of a Parquet file, read in record
     batches. A file that is not readable Parquet is a SourceError."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from gaca_cli.log.io import READ_ERRORS, open_parquet
 
     try:
-        pf = pq.ParquetFile(path)
+        pf = open_parquet(str(path))  # page checksums verified where the file has them
         row = 0
         for batch in pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None):
             for record in batch.to_pylist():
                 yield row, record
                 row += 1
-    except (pa.ArrowException, OSError) as exc:
-        raise SourceError(path, None, None, f"not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+    except READ_ERRORS as exc:
+        first = str(exc).strip().splitlines()
+        reason = first[0] if first else type(exc).__name__
+        raise SourceError(path, None, None, f"not a readable Parquet file ({reason})") from None
 
 
 def require(record: Mapping[str, Any], key: str, file: str | os.PathLike, where: str, kinds: type | tuple) -> Any:
