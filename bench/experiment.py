@@ -11,8 +11,8 @@ Prints, per split, mean success per iteration with 95 % Student-t intervals over
 the paired differences (last iteration) against the start model and against GiGPO; writes
 bench/results/experiment.json and bench/results/experiment.png (with matplotlib).
 
-    python bench/experiment.py --quick                 # 3 seeds, 48 rollouts per iteration
-    python bench/experiment.py                         # 5 seeds, 256 rollouts per iteration
+    python bench/experiment.py --quick                 # 3 seeds, 48 rollouts per iteration (2 min)
+    python bench/experiment.py                         # 6 seeds, 128 rollouts per iteration (26 min)
     python bench/experiment.py --workers 1 --seeds 0,1,2,3,4,5,6,7 --iterations 3
     python bench/experiment.py --from-json bench/results/experiment.json   # table and plot again
 
@@ -132,7 +132,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="3 seeds, 8 + 4 games × 6 rollouts (a few minutes)")
     p.add_argument("--work", type=Path, default=None, help="working directory (default bench/results/experiment-work)")
     p.add_argument("--json-out", type=Path, default=None, help="results file (default bench/results/experiment.json)")
-    p.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds (default 0,1,2,3,4)")
+    p.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds (default 0,1,2,3,4,5)")
     p.add_argument(
         "--methods", default=None, help="comma-separated methods (default start,filtered-bc,grpo,gigpo,gaca,gaca:1)"
     )

@@ -11,9 +11,10 @@ Design (`bench/experiment.py` runs it; `gaca demo` runs a reduced version):
       collect (training games, N rollouts each, sampling seed 1000·s + k)
       → advantages (`compute_advantages`, as `gaca advantages --method M`)
       → train-offline (`train`, as `gaca train-offline`)
-  and a final collect; after each update the held-out games are played too (sampling seed
-  1000·s + 500 + k). Iteration 0's collections are the start model's and are shared by all
-  methods of the seed, so every method learns from the same first log.
+  and a final collect; the held-out games are played by the start model and by each final
+  model (sampling seed 1000·s + 500 + k, k = 0 and K). Iteration 0's collections are the
+  start model's and are shared by all methods of the seed, so every method learns from the
+  same first log.
 * `gaca score` is not run: the logs are sampled at temperature 1 from the model being
   updated, so their `behavior_logprobs` are that model's log-probabilities, which is what
   `gaca score` would add (GACA reads its NLL from them; the PPO ratio uses them as μ).
@@ -22,6 +23,8 @@ Design (`bench/experiment.py` runs it; `gaca demo` runs a reduced version):
   AdvantagesConfig) and "gaca:B" (β = B). Every method uses the same update (loss, lr,
   epochs, batch size, KL to the start model): only the advantage column differs.
 * An update is skipped (the model kept) when every advantage is 0: nothing to learn from.
+  (`train` itself skips the logged steps whose advantage is 0, so filtered-bc takes fewer
+  optimiser steps than the estimators: only the successes have a non-zero advantage.)
 
 The library returns plain data (`ExperimentResult`); statistics over seeds live in
 `statistics.py` and `summarise` below.
