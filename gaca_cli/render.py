@@ -216,6 +216,8 @@ def import_summary(s: dict) -> Group:
         table.add_row(f"{column}", f"derived: {how}")
     if s["kept"]:
         table.add_row("kept as they are", ", ".join(s["kept"]))
+    for field, column in s.get("renamed", {}).items():
+        table.add_row(f"{column}", f"the source's {field} (gaca writes a column of that name)")
     parts: list = [table]
     for note in s["missing"]:
         parts.append(Text(f"missing: {note}", style="yellow"))

@@ -83,6 +83,7 @@ def test_trajectory_records_become_one_step_per_assistant_turn(tmp_path):
     assert [r["source_advantage"] for r in rows] == [0.5, 0.5, None, None]
     assert summary["rows"] == 4 and summary["trajectories"] == 2 and summary["groups"] == 1
     assert set(summary["kept"]) == {"seed", "source_advantage", "extra"}
+    assert summary["renamed"] == {"advantage": "source_advantage"}
     assert any("behavior_logprobs" in note for note in summary["missing"])
     assert not any("anchor" in note for note in summary["missing"])
     # the file passes every check of the command it is meant for

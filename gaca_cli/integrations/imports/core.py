@@ -62,6 +62,7 @@ class _Parts:
     schemas: list[pa.Schema] = field(default_factory=list)
     rows: int = 0
     order: dict[str, None] = field(default_factory=dict)  # column names in first-seen order
+    renamed: dict[str, str] = field(default_factory=dict)  # source field -> column it was kept as
 
 
 def _row_label(row: Mapping[str, Any]) -> str:
@@ -74,11 +75,13 @@ def _written_by_gaca() -> frozenset[str]:
     return frozenset(c.name for cols in OUTPUT_COLUMNS.values() for c in cols)
 
 
-def _normalise(row: dict[str, Any], reserved: frozenset[str]) -> tuple[dict[str, Any], int]:
+def _normalise(row: dict[str, Any], reserved: frozenset[str], renamed: dict[str, str]) -> tuple[dict[str, Any], int]:
     """The row with `extra` as JSON text and a source field named like a column gaca writes
-    renamed `source_<name>` (the commands would replace it), and its approximate size in bytes."""
+    renamed `source_<name>` (the commands would replace it; noted in `renamed`), and its
+    approximate size in bytes."""
     for key in [k for k in row if k in reserved]:
         row[f"source_{key}"] = row.pop(key)
+        renamed[key] = f"source_{key}"
     extra = row.get(EXTRA)
     if extra is not None and not isinstance(extra, str):
         row[EXTRA] = json.dumps(extra, sort_keys=True, default=str, ensure_ascii=False)
@@ -137,7 +140,7 @@ def _stream_parts(rows: Iterable[dict[str, Any]], parts: _Parts, format_name: st
     size = 0
     reserved = _written_by_gaca()
     for row in rows:
-        row, n = _normalise(row, reserved)
+        row, n = _normalise(row, reserved, parts.renamed)
         for key in row:
             if key not in parts.order:
                 parts.order[key] = None
@@ -259,6 +262,7 @@ def run_import(
             "mapped": {k: v for k, v in info.mapped.items() if k in columns},
             "derived": {k: v for k, v in info.derived.items() if k in columns},
             "kept": [c for c in columns if c not in KNOWN_TYPES],
+            "renamed": dict(parts.renamed),
             "missing": _missing(columns, steps),
             "warnings": result.warnings,
         }
