@@ -1,16 +1,26 @@
-"""Prime Intellect verifiers: the `results.jsonl` (+ `metadata.json`) that `vf-eval -s` writes.
+"""Prime Intellect verifiers: what `vf-eval` saves, in both layouts it has had.
 
-Followed: verifiers 0.3.1, `verifiers/legacy/utils/save_utils.py` (`state_to_output`,
-`save_outputs`, `save_metadata`) and `verifiers/legacy/types.py` (`RolloutOutput`,
-`GenerateMetadata`). One line is one rollout: `example_id`, `prompt` and `completion` (chat
-messages, or strings for completion environments), `answer`, `info`, `reward`, `metrics` (one
-score per rubric function, also repeated as top-level keys), `is_completed`, `is_truncated`,
-`stop_condition`, `error`, `timing`, `tool_defs`, `token_usage`, and the run's `state_columns`.
+verifiers 0.4 (`traces.jsonl`). Followed: verifiers 0.4.0, `verifiers/v1/utils/trace_store.py`
+(`write_episode`: `Episode` dumped with pydantic, `exclude_none=True`, one JSON line per finished
+rollout) and the models it dumps: `verifiers/v1/episode.py` (`Episode`), `verifiers/v1/trace.py`
+(`Trace`, `ModelCall`, `Reward`) and `verifiers/v1/graph.py` (`MessageNode`). An episode holds
+its task, env, run and one `Trace` per agent; a trace stores its chat as a message graph: each
+node holds one message, its `parent` node, the tokens it adds to the sequence (`token_ids`), a
+`mask` (True on the model-sampled tokens) and the sampled tokens' `logprobs`. Each sampled node
+(a model turn) becomes one step whose context is the path from the root to it; its tokens
+split at the mask into the end of the prompt (template scaffold) and the action.
 
-A chat rollout becomes one step per assistant turn of its completion; the context of a turn is
-the prompt and the completion before it. The rollouts of one example in one results file form
-an episode group. verifiers 0.4 writes `traces.jsonl` (message graphs) instead, which this
-format does not read.
+verifiers 0.3 (`results.jsonl` + `metadata.json`). Followed: verifiers 0.3.1,
+`verifiers/legacy/utils/save_utils.py` (`state_to_output`, `save_outputs`, `save_metadata`) and
+`verifiers/legacy/types.py` (`RolloutOutput`, `GenerateMetadata`). One line is one rollout:
+`example_id`, `prompt` and `completion` (chat messages, or strings for completion
+environments), `answer`, `info`, `reward`, `metrics` (one score per rubric function, also
+repeated as top-level keys), `is_completed`, `is_truncated`, `stop_condition`, `error`,
+`timing`, `tool_defs`, `token_usage`, and the run's `state_columns`. A chat rollout becomes one
+step per assistant turn of its completion; the context of a turn is the prompt and the
+completion before it.
+
+In both, the rollouts of one example (task) in one file form an episode group.
 """
 
 from __future__ import annotations
@@ -33,27 +43,43 @@ from gaca_cli.integrations.imports.base import (
 
 INFO = FormatInfo(
     name="verifiers",
-    summary="verifiers vf-eval results.jsonl (+ metadata.json): one row per assistant turn",
-    suffixes=("results.jsonl",),
-    carries="prompt and completion chats, answer, reward, per-rubric-function metrics, info, example id",
-    lacks="per-turn rewards, anchors, token ids, log-probs",
-    source="verifiers 0.3.1, verifiers/legacy/utils/save_utils.py (state_to_output, save_outputs, save_metadata)",
+    summary="verifiers vf-eval traces.jsonl (0.4) or results.jsonl (0.3): one row per model turn",
+    suffixes=("traces.jsonl", "results.jsonl"),
+    carries=(
+        "chats (message graphs in 0.4), per-function rewards and weights, metrics, task, completion flags;"
+        " 0.4 with a renderer client: token ids and sampling log-probs"
+    ),
+    lacks="per-turn rewards, anchors; token ids and log-probs when the run used an API client or 0.3",
+    source=(
+        "verifiers 0.4.0, verifiers/v1/utils/trace_store.py (write_episode; Episode, Trace, MessageNode);"
+        " verifiers 0.3.1, verifiers/legacy/utils/save_utils.py (state_to_output, save_outputs, save_metadata)"
+    ),
     mapped={
-        "messages": "prompt + completion messages before the turn",
-        "prompt": "prompt (completion environments: a string)",
-        "action": "the assistant turn's content (tool calls appended as JSON) / completion string",
-        "episode_reward": "reward",
-        "example_id": "example_id",
+        "messages": "0.4: the messages of the graph path before the sampled node; 0.3: prompt + completion before the turn",
+        "prompt": "0.3 completion environments: prompt (a string)",
+        "action": "the turn's content (tool calls appended as JSON) / completion string",
+        "prompt_token_ids": "0.4: token_ids of the path's nodes + the sampled node's unmasked scaffold",
+        "action_token_ids": "0.4: the sampled node's token_ids where mask is True",
+        "behavior_logprobs": "0.4: the sampled node's logprobs (rounded to 4 decimals by verifiers)",
+        "episode_reward": "0.4: sum of rewards[name].score x weight (Trace.reward); 0.3: reward",
+        "reward_<name>, reward_weight_<name>": "0.4: rewards[<name>].score, .weight",
         "metric_<name>": "metrics[<name>]",
-        "env_id, model": "metadata.json beside results.jsonl",
-        "extra": "info, timing, error, tool_defs, token_usage (nested fields)",
+        "example_id": "0.3: example_id",
+        "task_<field>": "0.4: task.data's scalar fields (idx, prompt, answer, ...); task_type, task_key, task_hash",
+        "env_id, model": "0.4: env.id, the turn's model call's model; 0.3: metadata.json beside results.jsonl",
+        "episode_id, run_id, trace_id, agent_name, finish_reason, ...": "0.4: the episode's, trace's and"
+        " model call's scalar fields (is_completed, ok, stop_condition, timestamp, num_*_tokens, ...)",
+        "extra": "nested fields: 0.4 the model call, input nodes, agent config, timing, tools, errors, info, ...;"
+        " 0.3 info, timing, error, tool_defs, token_usage",
     },
     derived={
-        "group_id": "results file + example_id: the rollouts of one example in one run",
-        "traj_id": "results file:line",
-        "step_idx": "the assistant turns of the completion, in order",
-        "reward": "reward on the last turn, 0.0 on the others",
-        "done": "is_completed, on the last turn",
+        "group_id": "file + task (0.4: episode group id, else task key/hash, and agent name; 0.3: example_id)",
+        "traj_id": "file:line (0.4: file:line:trace index)",
+        "step_idx": "the sampled nodes (0.4) / assistant turns (0.3) of a trajectory, in order",
+        "reward": "the episode reward on the last step, 0.0 on the others",
+        "done": "on the last step: is_completed (0.4: and not cut off by a limit or a length finish)",
+        "is_truncated": "0.4: stop_condition is a limit (max_turns, max_*_tokens, compaction_failed)"
+        " or the last model call finished with length",
     },
 )
 
@@ -64,10 +90,16 @@ _METADATA_COLUMNS = ("env_id", "model")
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
-    """One row per assistant turn of each rollout in each results.jsonl."""
+    """One row per model turn of each rollout: episodes of a traces.jsonl (0.4), rollouts of
+    a results.jsonl (0.3); each line is read by its shape, so a renamed file still reads."""
     for path in files:
-        run_columns = _run_columns(path)
+        run_columns: dict[str, Any] | None = None  # metadata.json, read at the first 0.3 line
         for line, record in iter_jsonl(path):
+            if isinstance(record, Mapping) and "traces" in record and "example_id" not in record:
+                yield from _episode_rows(path, line, record)
+                continue
+            if run_columns is None:
+                run_columns = _run_columns(path)
             yield from _rollout_rows(path, f"line {line}", line, record, run_columns)
 
 
@@ -84,10 +116,6 @@ def _run_columns(path: Path) -> dict[str, Any]:
 def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: dict[str, Any]) -> Iterator[dict]:
     if not isinstance(record, Mapping):
         raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
-    if "traces" in record and "example_id" not in record:
-        raise SourceError(
-            path, where, "traces", "a verifiers 0.4 traces.jsonl episode; this format reads vf-eval results.jsonl"
-        )
     if "example_id" not in record or record["example_id"] is None:
         raise SourceError(path, where, "example_id", "missing")
     example_id = record["example_id"]
@@ -164,3 +192,272 @@ def _steps(path: Path, where: str, prompt: Any, completion: Any) -> Iterator[dic
         return
     for context, action, _message in turns:
         yield {"messages": context, "action": action}
+
+
+# --- verifiers 0.4: traces.jsonl ----------------------------------------------------------
+
+# Trace.is_truncated: the stop conditions that are limits, not an ending (verifiers/v1/trace.py)
+_LIMIT_STOPS = frozenset(
+    {"max_turns", "max_input_tokens", "max_output_tokens", "max_total_tokens", "compaction_failed"}
+)
+# node fields mapped to step columns (the rest of a node goes to `extra`)
+_NODE_MAPPED = frozenset({"parent", "message", "sampled", "token_ids", "mask", "logprobs", "timestamp"})
+# the scalar fields of a ModelCall written as columns
+_CALL_COLUMNS = ("model", "endpoint", "finish_reason")
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _spread(
+    record: Mapping[str, Any], prefix: str, columns: dict[str, Any], extra: dict[str, Any], skip: frozenset[str]
+) -> None:
+    """Scalar fields of `record` to `columns[prefix + key]`, nested non-empty ones to `extra`."""
+    for key, value in record.items():
+        if key in skip:
+            continue
+        if _scalar(value):
+            columns[f"{prefix}{key}"] = value
+        elif value:
+            extra[f"{prefix}{key}"] = value
+
+
+def _object(value: Any, path: Path, where: str, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SourceError(path, where, field, f"must be an object, got {json.dumps(value, default=str)[:40]}")
+    return value
+
+
+def _list(value: Any, path: Path, where: str, field: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise SourceError(path, where, field, f"must be a list, got {json.dumps(value, default=str)[:40]}")
+    return value
+
+
+def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator[dict]:
+    """The rows of one `Episode` line: one trajectory per trace."""
+    where = f"line {line}"
+    task = _object(episode.get("task"), path, where, "task")
+    data = _object(task.get("data", {}), path, where, "task.data")
+    traces = _list(episode["traces"], path, where, "traces")
+
+    columns: dict[str, Any] = {}
+    extra: dict[str, Any] = {}  # the episode's nested fields, on the last row of its last trace
+    _spread(task, "task_", columns, extra, frozenset({"data"}))
+    # task.data's fields beside task_type/key/hash; one named like them goes to extra as it is
+    clashes = frozenset(k for k in data if f"task_{k}" in columns)
+    _spread(data, "task_", columns, extra, clashes)
+    if clashes:
+        extra["task_data"] = {k: data[k] for k in clashes}
+    for key, prefix in (("env", "env_"), ("run", "run_"), ("group", "episode_group_")):
+        if episode.get(key) is not None:
+            _spread(_object(episode[key], path, where, key), prefix, columns, extra, frozenset())
+    skip = frozenset({"task", "traces", "env", "run", "group"})
+    _spread({k: v for k, v in episode.items() if k not in skip}, "episode_", columns, extra, frozenset())
+    group = columns.get("episode_group_id") or task.get("key") or task.get("hash")
+    if group is None:
+        group = json.dumps(data, sort_keys=True)
+
+    if not traces:  # the task failed before any agent ran: one empty step keeps the episode
+        row = {**columns, "group_id": f"{path}:{group}", "traj_id": f"{path}:{line}", "step_idx": 0}
+        row.update(messages=[], action="", reward=0.0, done=False)
+        yield {**row, "extra": extra} if extra else row
+    for t, trace in enumerate(traces):
+        trace = _object(trace, path, where, f"traces[{t}]")
+        last_extra = extra if t == len(traces) - 1 else {}
+        yield from _trace_rows(
+            path, where, f"traces[{t}]", f"{path}:{line}:{t}", str(group), trace, task, columns, last_extra
+        )
+
+
+def _rewards(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
+    """Trace.reward (the sum of score x weight over the rewards that ran) and the columns."""
+    rewards = _object(trace.get("rewards", {}), path, where, f"{field}.rewards")
+    total = 0.0
+    columns: dict[str, Any] = {}
+    for name, reward in rewards.items():
+        if reward is None:  # scoring did not run
+            columns[f"reward_{name}"] = columns[f"reward_weight_{name}"] = None
+            continue
+        reward = _object(reward, path, where, f"{field}.rewards.{name}")
+        if "score" not in reward:
+            raise SourceError(path, where, f"{field}.rewards.{name}.score", "missing")
+        score = number(reward["score"], path, where, f"{field}.rewards.{name}.score")
+        weight = number(reward.get("weight", 1.0), path, where, f"{field}.rewards.{name}.weight")
+        columns[f"reward_{name}"], columns[f"reward_weight_{name}"] = score, weight
+        total += score * weight
+    metrics = _object(trace.get("metrics", {}), path, where, f"{field}.metrics")
+    for name, value in metrics.items():
+        columns[f"metric_{name}"] = None if value is None else number(value, path, where, f"{field}.metrics.{name}")
+    return total, columns
+
+
+def _checked_nodes(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    nodes = _list(trace.get("nodes", []), path, where, f"{field}.nodes")
+    for i, node in enumerate(nodes):
+        at = f"{field}.nodes[{i}]"
+        node = _object(node, path, where, at)
+        message = node.get("message")
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise SourceError(path, where, f"{at}.message", "must be a chat message with a role")
+        parent = node.get("parent")
+        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < i):
+            raise SourceError(path, where, f"{at}.parent", f"must be the index of an earlier node, got {parent!r}")
+        for key in ("token_ids", "mask", "logprobs"):
+            values = node.get(key, [])
+            kinds: tuple[type, ...] = {"token_ids": (int,), "mask": (bool,), "logprobs": (int, float)}[key]
+            if not isinstance(values, list) or not all(
+                isinstance(v, kinds) and (key == "mask" or not isinstance(v, bool)) for v in values
+            ):
+                raise SourceError(path, where, f"{at}.{key}", f"must be a list of {kinds[-1].__name__}s")
+        if len(node.get("mask", [])) != len(node.get("token_ids", [])):
+            raise SourceError(path, where, f"{at}.mask", "must be as long as token_ids")
+        if node.get("sampled") is True and message["role"] != "assistant":
+            raise SourceError(
+                path, where, f"{at}.message", f"a sampled node must be an assistant message, got {message['role']!r}"
+            )
+    return nodes
+
+
+def _trace_rows(
+    path: Path,
+    where: str,
+    field: str,
+    traj_id: str,
+    group: str,
+    trace: Mapping[str, Any],
+    task: Mapping[str, Any],
+    episode_columns: dict[str, Any],
+    episode_extra: dict[str, Any],
+) -> Iterator[dict]:
+    """One row per sampled node of one trace; the context of a row is its node's graph path."""
+    nodes = _checked_nodes(path, where, field, trace)
+    reward, reward_columns = _rewards(path, where, field, trace)
+    agent = _object(trace.get("agent", {}), path, where, f"{field}.agent")
+    calls = [
+        _object(c, path, where, f"{field}.calls[{i}]")
+        for i, c in enumerate(_list(trace.get("calls", []), path, where, f"{field}.calls"))
+    ]
+
+    common: dict[str, Any] = {**episode_columns, "episode_reward": reward, **reward_columns}
+    trace_extra: dict[str, Any] = {}
+    skip = frozenset({"nodes", "calls", "rewards", "metrics", "agent", "verifiers", "task", "id", "version"})
+    _spread({k: v for k, v in trace.items() if k not in skip}, "", common, trace_extra, frozenset())
+    common["trace_id"], common["trace_version"] = trace.get("id"), trace.get("version")
+    _spread(
+        _object(trace.get("verifiers", {}), path, where, f"{field}.verifiers"),
+        "verifiers_",
+        common,
+        trace_extra,
+        frozenset(),
+    )
+    _spread(agent, "agent_", common, trace_extra, frozenset())
+    if trace.get("task", task) != task:
+        trace_extra["trace_task"] = trace["task"]
+    group_id = f"{path}:{group}:{common.get('agent_name', 'agent')}"
+
+    by_node = {c["node"]: c for c in calls if isinstance(c.get("node"), int)}
+    loose_calls = [c for c in calls if not isinstance(c.get("node"), int)]
+    last_call = next((c for c in reversed(calls) if c.get("error") is None), None)
+    truncated = trace.get("stop_condition") in _LIMIT_STOPS or bool(
+        last_call and last_call.get("finish_reason") == "length"
+    )
+    done = trace.get("is_completed") is True and not truncated
+    common["is_truncated"] = truncated
+
+    sampled = [i for i, node in enumerate(nodes) if node.get("sampled") is True]
+    on_path: set[int] = set()
+    steps: list[dict[str, Any]] = []
+    for i in sampled:
+        chain = _path(nodes, i)
+        on_path.update(chain)
+        steps.append(_step(path, where, f"{field}.nodes[{i}]", nodes, chain, by_node.get(i)))
+    if not steps:  # no model turn (an error before the first): one empty step with the chat so far
+        chain = _path(nodes, len(nodes) - 1) if nodes else []
+        on_path.update(chain)
+        context = [
+            {"role": str(nodes[n]["message"]["role"]), "content": text_of(nodes[n]["message"].get("content"))}
+            for n in chain
+        ]
+        steps.append({"messages": context, "action": "", "extra": {"input_nodes": [nodes[n] for n in chain]}})
+
+    last_extra = {**trace_extra, **episode_extra}
+    if loose_calls:
+        last_extra["calls_without_node"] = loose_calls
+    if unsampled := {str(n): nodes[n] for n in range(len(nodes)) if n not in on_path}:
+        last_extra["nodes_after"] = unsampled  # e.g. a tool result the agent never read back
+    for k, step in enumerate(steps):
+        last = k == len(steps) - 1
+        row = {**common, **step, "group_id": group_id, "traj_id": traj_id, "step_idx": k}
+        row.update(reward=reward if last else 0.0, done=done and last)
+        if last and last_extra:
+            row["extra"] = {**row.get("extra", {}), **last_extra}
+        yield row
+
+
+def _path(nodes: list[Mapping[str, Any]], i: int) -> list[int]:
+    chain = [i]
+    while (parent := nodes[chain[-1]].get("parent")) is not None:
+        chain.append(parent)
+    return chain[::-1]
+
+
+def _step(
+    path: Path, where: str, field: str, nodes: list[Mapping[str, Any]], chain: list[int], call: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The row of the sampled node `chain[-1]`: context, action, tokens, and its model call."""
+    node = nodes[chain[-1]]
+    context, action, _ = list(split_chat([nodes[n]["message"] for n in chain]))[-1]
+    step: dict[str, Any] = {"messages": context, "action": action, "timestamp": node.get("timestamp")}
+    extra: dict[str, Any] = {}
+
+    message = node["message"]
+    for key, value in message.items():
+        if key in ("role", "content", "tool_calls"):
+            continue
+        if _scalar(value):
+            step[key] = value
+        elif value:
+            extra.setdefault("message", {})[key] = value
+    node_extra = {k: v for k, v in node.items() if k not in _NODE_MAPPED and (v or v is False or v == 0)}
+    if node_extra:
+        extra["node"] = node_extra
+
+    tokens, mask, logprobs = node.get("token_ids", []), node.get("mask", []), node.get("logprobs", [])
+    n_sampled = sum(mask)
+    canonical = n_sampled > 0 and all(mask[len(mask) - n_sampled :]) and not any(mask[: len(mask) - n_sampled])
+    if canonical and all(nodes[n].get("token_ids") for n in chain[:-1]):
+        scaffold = len(tokens) - n_sampled
+        step["prompt_token_ids"] = [t for n in chain[:-1] for t in nodes[n]["token_ids"]] + tokens[:scaffold]
+        step["action_token_ids"] = tokens[scaffold:]
+        if logprobs:
+            if len(logprobs) != n_sampled:
+                raise SourceError(
+                    path,
+                    where,
+                    f"{field}.logprobs",
+                    f"must hold one value per sampled token ({n_sampled}), got {len(logprobs)}",
+                )
+            step["behavior_logprobs"] = [float(v) for v in logprobs]
+    elif tokens:  # tokens the mask does not split into scaffold then sample: kept as written
+        extra["node_tokens"] = {"token_ids": tokens, "mask": mask, "logprobs": logprobs}
+
+    # the input nodes since the previous model turn on this path: their text is in `messages`,
+    # their tokens (all scaffold or input, mask False) in `prompt_token_ids` when it is there
+    start = max((j for j, n in enumerate(chain[:-1]) if nodes[n].get("sampled") is True), default=-1) + 1
+    covered = ("token_ids", "mask", "logprobs") if "prompt_token_ids" in step else ()
+    inputs = [{k: v for k, v in nodes[n].items() if k not in covered} for n in chain[start:-1]]
+    if inputs:
+        extra["input_nodes"] = inputs
+
+    if call is not None:
+        for key in _CALL_COLUMNS:
+            if key in call:
+                step[key] = call[key]
+        rest = {k: v for k, v in call.items() if k not in (*_CALL_COLUMNS, "node")}
+        if rest:
+            extra["call"] = rest
+    if extra:
+        step["extra"] = extra
+    return step
