@@ -19,8 +19,12 @@ from tests.integrations.cli_helpers import error_line, gaca, import_json
 
 DATA = Path(__file__).parents[1] / "data" / "skyrl"
 EVALS = DATA / "dumped_evals" / "global_step_3_evals"
+EVAL_ONLY = DATA / "dumped_evals" / "eval_only"
+EVAL_FILES = [EVALS / "house_garden.jsonl", EVALS / "unknown.jsonl", EVAL_ONLY / "house_garden.jsonl"]
 STEPWISE = DATA / "generator_stepwise.jsonl"
 BATCH = DATA / "generator_batch.jsonl"
+EVAL_COLUMNS = ("group_id", "traj_id", "step_idx", "reward", "done", "prompt", "action")
+EVAL_COLUMNS += ("stop_reason", "env_class", "data_source", "extra")
 
 
 def lines(path: Path) -> list[dict]:
@@ -46,15 +50,16 @@ def runs(mask: list[int]) -> list[tuple[int, int]]:
     return found
 
 
-# -- eval dumps ------------------------------------------------------------------------------
+# -- eval dumps (written by skyrl 0.4.0's dump_per_dataset_eval_results) -----------------------
 
 
-def test_eval_dump_one_row_per_line_with_every_field():
-    source = lines(EVALS / "openai_gsm8k.jsonl")
-    rows = read(EVALS / "aggregated_results.jsonl", EVALS / "openai_gsm8k.jsonl")
-    assert len(rows) == len(source) == 4  # aggregated_results.jsonl holds metrics only
+@pytest.mark.parametrize("path", EVAL_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_eval_dump_one_row_per_line_with_every_field(path):
+    source = lines(path)
+    rows = read(path.parent / "aggregated_results.jsonl", path)
+    assert len(rows) == len(source) == (4 if path == EVAL_FILES[0] else 2)
     for n, (row, rec) in enumerate(zip(rows, source), start=1):
-        assert row["traj_id"] == f"{EVALS / 'openai_gsm8k.jsonl'}:{n}"
+        assert row["traj_id"] == f"{path}:{n}"
         assert row["step_idx"] == 0 and row["done"] is True
         assert row["prompt"] == rec["input_prompt"]
         assert row["action"] == rec["output_response"]
@@ -63,18 +68,41 @@ def test_eval_dump_one_row_per_line_with_every_field():
         assert row["stop_reason"] == rec["stop_reason"]
         assert row["env_class"] == rec["env_class"]
         assert row["data_source"] == rec["data_source"]
-        assert row["extra"]["env_extras"] == rec["env_extras"]
+        want_extra = {"env_extras": rec["env_extras"]}
         if isinstance(score, list):
-            assert row["extra"]["score"] == score
+            want_extra["score"] = score
+        assert row["extra"] == want_extra
         digest = hashlib.sha1(rec["input_prompt"].encode()).hexdigest()[:16]
-        assert row["group_id"].endswith(digest)
+        assert row["group_id"] == f"{path}:{digest}"
+        assert set(row) == set(EVAL_COLUMNS)  # every field of the line is somewhere, nothing more
 
 
-def test_eval_dump_groups_the_samples_of_one_prompt():
-    rows = read(EVALS / "openai_gsm8k.jsonl")
+def test_eval_dump_groups_the_samples_of_one_prompt_in_one_file():
+    rows = read(*EVAL_FILES)
     groups = [r["group_id"] for r in rows]
-    assert groups[0] == groups[1] != groups[2] == groups[3]
-    assert [r["reward"] for r in rows] == [1.0, 0.0, 1.0, 0.0]  # [0, 0, .5, .5] summed
+    # house_garden: two prompts x two samples; unknown: the hall prompt again, its own group
+    assert groups[0] == groups[1] != groups[2] == groups[3] != groups[4] == groups[5] != groups[6] == groups[7]
+    assert rows[0]["prompt"] == rows[4]["prompt"] and groups[0] != groups[4]
+    assert [r["reward"] for r in rows] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]  # per-token summed
+
+
+@pytest.mark.parametrize("folder", [EVALS, EVAL_ONLY], ids=lambda p: p.name)
+def test_eval_dump_groups_give_skyrls_own_metrics(folder):
+    """SkyRL's aggregated_results.jsonl (avg_score, pass_at_2 per data source, computed from its
+    prompt uids) agrees with the importer's rewards and prompt-text groups."""
+    (metrics,) = lines(folder / "aggregated_results.jsonl")
+    for path in sorted(folder.glob("*.jsonl")):
+        if path.name == "aggregated_results.jsonl":
+            continue
+        rows = read(path)
+        name = path.stem
+        assert metrics[f"eval/{name}/avg_score"] == pytest.approx(sum(r["reward"] for r in rows) / len(rows))
+        by_group: dict[str, list[float]] = {}
+        for row in rows:
+            by_group.setdefault(row["group_id"], []).append(row["reward"])
+        passed = sum(any(r > 0 for r in rewards) for rewards in by_group.values()) / len(by_group)
+        assert metrics[f"eval/{name}/pass_at_2"] == passed
+        assert all(len(rewards) == 2 for rewards in by_group.values())
 
 
 # -- generator output -------------------------------------------------------------------------
@@ -122,7 +150,8 @@ def test_generator_rows_split_into_loss_mask_runs():
 
 def test_generator_rewards_per_step():
     """Per-token rewards: each step takes those from its first token to the next step's;
-    the fixture's turns carry 1.0, (0.0, 0.5, 1.0) ... at their last output token."""
+    the fixture's turns carry 1.0, (0.0, 0.5, 1.0) ... at their last output token. A scalar
+    reward goes to the row's last step."""
     by_traj: dict[str, list[float]] = {}
     for row in read(STEPWISE, BATCH):
         by_traj.setdefault(row["traj_id"].rsplit(":", 1)[-1], []).append(row["reward"])
@@ -131,8 +160,8 @@ def test_generator_rewards_per_step():
         "q0_1": [0.0],
         "q1_0": [0.0, 0.5, 1.0],  # the 0.5 sits on the synthetic EOS (mask 0) of step 1
         "q1_1": [0.0, 0.0],
-        "1": [0.25, 1.0],  # generator_batch.jsonl line 1: one row, two turns
-        "2": [0.0],  # line 2: a scalar reward, loss mask all 0
+        "1": [0.0, 1.0],  # generator_batch.jsonl line 1: one row, two turns, reward 1.0
+        "2": [0.0],  # line 2: loss mask all 0
     }
 
 
@@ -183,16 +212,17 @@ def test_write_generator_output_one_line_per_row(tmp_path):
 # -- bad input --------------------------------------------------------------------------------
 
 GOOD = lines(STEPWISE)[0]
+N = len(GOOD["response_ids"])
 
 
 @pytest.mark.parametrize(
     ("change", "field", "rule"),
     [
-        ({"loss_masks": [1, 1]}, "loss_masks", "has 2 values for 5 response_ids"),
+        ({"loss_masks": [1, 1]}, "loss_masks", f"has 2 values for {N} response_ids"),
         ({"rewards": "abc"}, "rewards", "must be int or float or list"),
-        ({"rewards": [0.0, "x", 0.0, 0.0, 0.0]}, "rewards", "must be a number"),
-        ({"response_ids": [1, 2.5, 3, 4, 5]}, "response_ids", "must be a list of integers"),
-        ({"rollout_logprobs": [0.0]}, "rollout_logprobs", "has 1 values for 5 response_ids"),
+        ({"rewards": [0.0, "x"] + [0.0] * (N - 2)}, "rewards", "must be a number"),
+        ({"response_ids": [1, 2.5] + [3] * (N - 2)}, "response_ids", "must be a list of integers"),
+        ({"rollout_logprobs": [0.0]}, "rollout_logprobs", f"has 1 values for {N} response_ids"),
         ({"trajectory_ids": "q0_0"}, "trajectory_ids", "must be an object with instance_id and repetition_id"),
         ({"is_last_step": "yes"}, "is_last_step", "must be true or false"),
         ({"prompt_token_ids": None}, "prompt_token_ids", "missing"),
@@ -222,7 +252,7 @@ def test_bad_eval_line_and_unknown_record(tmp_path):
 # -- the command ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", [EVALS, STEPWISE, BATCH])
+@pytest.mark.parametrize("source", [EVALS, EVAL_ONLY, STEPWISE, BATCH])
 def test_cli_import_writes_a_valid_log(tmp_path, source):
     out = tmp_path / "log.parquet"
     import_json("skyrl", source, out=out)
