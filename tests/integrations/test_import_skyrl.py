@@ -20,7 +20,14 @@ from tests.integrations.cli_helpers import error_line, gaca, import_json
 DATA = Path(__file__).parents[1] / "data" / "skyrl"
 EVALS = DATA / "dumped_evals" / "global_step_3_evals"
 EVAL_ONLY = DATA / "dumped_evals" / "eval_only"
+EVALS_STEPWISE = DATA / "dumped_evals" / "global_step_5_evals"  # step_wise_trajectories=true
 EVAL_FILES = [EVALS / "house_garden.jsonl", EVALS / "unknown.jsonl", EVAL_ONLY / "house_garden.jsonl"]
+LINES = {  # rollout lines per dump file, as make_fixture.py asked SkyRL for them
+    "global_step_3_evals/house_garden.jsonl": 4,
+    "global_step_3_evals/unknown.jsonl": 2,
+    "eval_only/house_garden.jsonl": 2,
+    "global_step_5_evals/house_garden.jsonl": 3,
+}
 STEPWISE = DATA / "generator_stepwise.jsonl"
 BATCH = DATA / "generator_batch.jsonl"
 EVAL_COLUMNS = ("group_id", "traj_id", "step_idx", "reward", "done", "prompt", "action")
@@ -53,11 +60,13 @@ def runs(mask: list[int]) -> list[tuple[int, int]]:
 # -- eval dumps (written by skyrl 0.4.0's dump_per_dataset_eval_results) -----------------------
 
 
-@pytest.mark.parametrize("path", EVAL_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize(
+    "path", [*EVAL_FILES, EVALS_STEPWISE / "house_garden.jsonl"], ids=lambda p: f"{p.parent.name}/{p.name}"
+)
 def test_eval_dump_one_row_per_line_with_every_field(path):
     source = lines(path)
     rows = read(path.parent / "aggregated_results.jsonl", path)
-    assert len(rows) == len(source) == (4 if path == EVAL_FILES[0] else 2)
+    assert len(rows) == len(source) == LINES[f"{path.parent.name}/{path.name}"]  # aggregated_results: none
     for n, (row, rec) in enumerate(zip(rows, source), start=1):
         assert row["traj_id"] == f"{path}:{n}"
         assert row["step_idx"] == 0 and row["done"] is True
@@ -103,6 +112,19 @@ def test_eval_dump_groups_give_skyrls_own_metrics(folder):
         passed = sum(any(r > 0 for r in rewards) for rewards in by_group.values()) / len(by_group)
         assert metrics[f"eval/{name}/pass_at_2"] == passed
         assert all(len(rewards) == 2 for rewards in by_group.values())
+
+
+def test_stepwise_eval_dump_one_line_per_step_each_its_own_trajectory():
+    """Step-wise, SkyRL dumps every step (evaluate: "the dump keeps every step") with no
+    trajectory id: each line imports as a one-step trajectory; a later step's prompt holds the
+    earlier steps, so it is in a group of its own."""
+    path = EVALS_STEPWISE / "house_garden.jsonl"
+    source = lines(path)
+    rows = read(path)
+    assert [r["traj_id"] for r in rows] == [f"{path}:{n}" for n in (1, 2, 3)]
+    assert source[1]["input_prompt"] == source[0]["input_prompt"] + source[0]["output_response"]
+    assert rows[0]["group_id"] == rows[2]["group_id"] != rows[1]["group_id"]
+    assert [r["reward"] for r in rows] == [0.0, 1.0, 0.0]
 
 
 # -- generator output -------------------------------------------------------------------------
@@ -252,7 +274,7 @@ def test_bad_eval_line_and_unknown_record(tmp_path):
 # -- the command ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", [EVALS, EVAL_ONLY, STEPWISE, BATCH])
+@pytest.mark.parametrize("source", [EVALS, EVAL_ONLY, EVALS_STEPWISE, STEPWISE, BATCH])
 def test_cli_import_writes_a_valid_log(tmp_path, source):
     out = tmp_path / "log.parquet"
     import_json("skyrl", source, out=out)

@@ -10,11 +10,11 @@ requirements-fixture.txt (next to this script) is that environment's `pip freeze
 Token ids come from the tiny tokenizer of tests/lm/tiny_models.py (trained here, no model hub);
 SkyRL decodes them itself. No model is run: the responses, rewards and log-probs are chosen here.
 
-- `dumped_evals/<step>_evals/*.jsonl`: written by SkyRL's `dump_per_dataset_eval_results`
-  (skyrl/train/utils/trainer_utils.py), with the inputs and metrics `evaluate`
-  (skyrl/train/evaluate.py) gives it: `prepare_generator_input`, `validate_generator_output`,
-  `concatenate_generator_outputs`, `calculate_per_dataset_metrics`,
-  `get_metrics_from_generator_output`, all SkyRL's.
+- `dumped_evals/*/*.jsonl`: written by SkyRL's own `evaluate` (skyrl/train/evaluate.py), run
+  end to end on a default `SkyRLTrainConfig` with `dump_eval_results`, the eval set read by
+  SkyRL's `PromptDataset` and `build_dataloader`; `evaluate` calls `dump_per_dataset_eval_results`
+  (skyrl/train/utils/trainer_utils.py). Only the generator is not SkyRL's: `CannedGenerator`
+  stands in for `SkyRLGymGenerator` and its vLLM engine (which need a GPU).
 - `generator_*.jsonl`: a `GeneratorOutput` with SkyRL's `TrajectoryID`s and uids from
   `prepare_generator_input`, checked by SkyRL's `validate_generator_output`, written by gaca's
   `write_generator_output` (SkyRL has no writer for it; users call this one in their trainer).
@@ -22,21 +22,19 @@ SkyRL decodes them itself. No model is run: the responses, rewards and log-probs
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
-import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from skyrl.train.generators.utils import (
-    concatenate_generator_outputs,
-    get_metrics_from_generator_output,
-    prepare_generator_input,
-)
-from skyrl.train.utils.trainer_utils import (
-    calculate_per_dataset_metrics,
-    dump_per_dataset_eval_results,
-    validate_generator_output,
-)
+from skyrl.train.config import SkyRLTrainConfig
+from skyrl.train.dataset import PromptDataset
+from skyrl.train.evaluate import evaluate
+from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput
+from skyrl.train.generators.utils import prepare_generator_input
+from skyrl.train.utils.trainer_utils import build_dataloader, validate_generator_output
 
 from gaca_cli.integrations.imports.skyrl import write_generator_output
 from tests.lm.tiny_models import build_tokenizer
@@ -67,73 +65,125 @@ def dataset_row(uid: str, observation: str, data_source: str | None, env_class: 
     return {"prompt": chat(observation), "env_class": env_class, "env_extras": extras, "uid": uid}
 
 
-def eval_dump(folder: str, global_step: int | None, prompts: list[dict], answers: list[tuple], per_token: bool):
-    """What `evaluate` does with one batch of eval prompts, 2 samples each, not step-wise."""
-    n = 2
-    gen_input, uids = prepare_generator_input(prompts, n, {"temperature": 0.0}, "gsm8k", "eval", global_step)
-    out: dict[str, Any] = {k: [] for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks")}
-    out["stop_reasons"] = []
-    out["rollout_logprobs"] = None
-    for chat_, (text, reward, stop) in zip(gen_input["prompts"], answers):
-        response = ids(text) + ([EOS] if stop == "stop" else [])
-        out["prompt_token_ids"].append(prompt_ids(chat_))
-        out["response_ids"].append(response)
-        out["loss_masks"].append([1] * len(response))
-        out["stop_reasons"].append(stop)
-        out["rewards"].append([0.0] * (len(response) - 1) + [reward] if per_token else reward)
-    out["rollout_metrics"] = {"generate/avg_num_tokens": sum(map(len, out["response_ids"])) / len(answers)}
-    validate_generator_output(len(gen_input["prompts"]), out)
-    concat = concatenate_generator_outputs([out])
-    data_sources = [extras.get("data_source") for extras in gen_input["env_extras"]]
-    metrics = calculate_per_dataset_metrics(concat, uids, data_sources, n)
-    overall = get_metrics_from_generator_output(concat, uids)
-    metrics.update(
-        {
-            "eval/all/avg_score": overall["avg_score"],
-            f"eval/all/pass_at_{n}": overall["pass_at_n"],
-            "eval/all/mean_positive_reward": overall["mean_positive_reward"],
-        }
-    )
-    for key, value in concat["rollout_metrics"].items():
-        metrics[f"eval/all/{key}"] = value
-    path = HERE / "dumped_evals" / folder
-    path.mkdir(parents=True)
-    dump_per_dataset_eval_results(
-        path, TOK, concat, data_sources, list(gen_input["env_classes"]), list(gen_input["env_extras"]), metrics
-    )
+Turn = tuple[str, "str | None", float]  # the policy's output, the observation after it (or None), reward
+
+
+class CannedGenerator(GeneratorInterface):
+    """Stands in for SkyRLGymGenerator and its inference engine: answers each trajectory
+    (instance_id, repetition_id) with the turns given, laid out as SkyRLGymGenerator lays out its
+    output: response = output tokens + EOS (unless cut off) + observation tokens, loss mask 1 on
+    the output tokens and EOS; per-token rewards put a turn's reward on its last output token."""
+
+    def __init__(self, turns: dict[tuple[str, int], list[Turn]], per_token: bool, step_wise: bool):
+        self.turns, self.per_token, self.step_wise = turns, per_token, step_wise
+
+    async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
+        out: dict[str, Any] = {k: [] for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks")}
+        out.update(stop_reasons=[], trajectory_ids=[], is_last_step=[])
+        for tid, chat_ in zip(input_batch["trajectory_ids"], input_batch["prompts"]):
+            turns = self.turns[(tid.instance_id, tid.repetition_id)]
+            context = prompt_ids(chat_)
+            response: list[int] = []
+            mask: list[int] = []
+            rewards: list[float] = []
+            for j, (output, observation, reward) in enumerate(turns):
+                cut = output.endswith(" go to")  # the fixture's way to say: max_generate_length reached
+                out_ids = ids(output) + ([] if cut else [EOS])
+                obs_ids = [] if observation is None else ids(f"<|user|>{observation}\n<|assistant|>")
+                response += out_ids + obs_ids
+                mask += [1] * len(out_ids) + [0] * len(obs_ids)
+                rewards += [0.0] * (len(out_ids) - 1) + [reward] + [0.0] * len(obs_ids)
+                last = j == len(turns) - 1
+                if self.step_wise or last:
+                    out["prompt_token_ids"].append(list(context))
+                    out["response_ids"].append(response)
+                    out["loss_masks"].append(mask)
+                    out["rewards"].append(rewards if self.per_token else sum(rewards))
+                    out["stop_reasons"].append("length" if cut else "stop")
+                    out["trajectory_ids"].append(tid)
+                    out["is_last_step"].append(last)
+                    if self.step_wise:
+                        context = context + response
+                        response, mask, rewards = [], [], []
+        out["rollout_logprobs"] = None
+        if not self.step_wise:
+            out["trajectory_ids"] = out["is_last_step"] = None
+        out["rollout_metrics"] = {}
+        return out  # type: ignore[return-value]
+
+
+def run_evaluate(
+    folder: Path, global_step: int | None, rows: list[dict], turns: dict, per_token: bool, step_wise: bool
+):
+    """SkyRL's `evaluate` over `rows` (an eval dataset file read by SkyRL's PromptDataset and
+    dataloader), 2 samples per prompt, dumping into `folder/dumped_evals/`."""
+    data = folder / f"eval_{global_step}_{step_wise}.jsonl"
+    with open(data, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    cfg = SkyRLTrainConfig()
+    cfg.trainer.export_path = str(folder)
+    cfg.trainer.eval_batch_size = len(rows)
+    cfg.trainer.dump_eval_results = True
+    cfg.data.dataloader.num_workers = 0
+    cfg.generator.eval_n_samples_per_prompt = 2
+    cfg.generator.step_wise_trajectories = step_wise
+    cfg.environment.env_class = "house"
+    dataset = PromptDataset(str(data), TOK, max_prompt_length=512, num_workers=1)
+    loader = build_dataloader(cfg, dataset, is_train=False)
+    generator = CannedGenerator(turns, per_token, step_wise)
+    return asyncio.run(evaluate(loader, generator, cfg, global_step, TOK))
 
 
 def eval_dumps() -> None:
     shutil.rmtree(HERE / "dumped_evals", ignore_errors=True)
     hall = "You are in the hall. A brass key lies on the table. Your hands are empty."
     corridor = "You are in the corridor. The garden door is locked. You carry a brass key."
-    # global step 3: two data sources, per-token rewards (the reward on the last token)
-    eval_dump(
-        "global_step_3_evals",
-        3,
-        [
-            dataset_row("e0", hall, "house/garden", "house"),
-            dataset_row("e1", corridor, "house/garden", "house"),
-            dataset_row("e2", hall, None, "house"),  # no data source: SkyRL files it as "unknown"
-        ],
-        [
-            ("take key", 1.0, "stop"),
-            ("go to kitchen", 0.0, "stop"),
-            ("open door with key", 1.0, "stop"),
-            ("open door with key", 1.0, "stop"),
-            ("look around", 0.0, "stop"),
-            ("go to corridor go to", 0.0, "length"),
-        ],
-        per_token=True,
-    )
-    # eval-only run (global_step None): one data source, one reward per rollout
-    eval_dump(
-        "eval_only",
-        None,
-        [dataset_row("e0", hall, "house/garden", "house")],
-        [("take key", 1.0, "stop"), ("go to hall", 0.0, "stop")],
-        per_token=False,
-    )
+    extras = {"reward_spec": {"ground_truth": "garden"}}
+    garden = [
+        {"prompt": chat(hall), "env_class": "house", "data_source": "house/garden", **extras},
+        {"prompt": chat(corridor), "env_class": "house", "data_source": "house/garden", **extras},
+        {"prompt": chat(hall), "env_class": "house", "data_source": None, **extras},  # filed as "unknown"
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        # global step 3: per-token rewards, one row per rollout
+        run_evaluate(
+            Path(tmp),
+            3,
+            garden,
+            {
+                ("0", 0): [("take key", None, 1.0)],
+                ("0", 1): [("go to kitchen", None, 0.0)],
+                ("1", 0): [("open door with key", None, 1.0)],
+                ("1", 1): [("open door with key", None, 1.0)],
+                ("2", 0): [("look around", None, 0.0)],
+                ("2", 1): [("go to corridor go to", None, 0.0)],
+            },
+            per_token=True,
+            step_wise=False,
+        )
+        # global step 5, step-wise: one dump line per turn
+        run_evaluate(
+            Path(tmp),
+            5,
+            garden[:1],
+            {
+                ("0", 0): [("take key", "You carry a brass key.", 0.0), ("go to corridor", None, 1.0)],
+                ("0", 1): [("look around", None, 0.0)],
+            },
+            per_token=True,
+            step_wise=True,
+        )
+        # an eval-only run (global_step None): one reward per rollout
+        run_evaluate(
+            Path(tmp),
+            None,
+            garden[:1],
+            {("0", 0): [("take key", None, 1.0)], ("0", 1): [("go to hall", None, 0.0)]},
+            per_token=False,
+            step_wise=False,
+        )
+        shutil.copytree(Path(tmp) / "dumped_evals", HERE / "dumped_evals")
 
 
 def turn(output: str, observation: str | None, logprobs: list[float], added_eos: bool):
@@ -232,8 +282,6 @@ def batch() -> None:
 
 
 if __name__ == "__main__":
-    if sys.version_info < (3, 12):
-        sys.exit("skyrl 0.4.0 needs Python >= 3.12: run this with the venv named in the docstring")
     eval_dumps()
     stepwise()
     batch()
