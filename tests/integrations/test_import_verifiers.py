@@ -1,11 +1,14 @@
-"""`gaca import --from verifiers`: vf-eval results.jsonl + metadata.json (tests/data/verifiers).
+"""`gaca import --from verifiers`: vf-eval results.jsonl + metadata.json (verifiers 0.3) and
+traces.jsonl (verifiers 0.4), from tests/data/verifiers.
 
-The fixture was written by verifiers' own `save_outputs` / `save_metadata`; every value is
-checked against it read here with `json`.
+The fixtures were written by verifiers' own code (0.3.1 `save_outputs` / `save_metadata`;
+0.4.0 `prepare_turn` / `PendingTurn.commit` / `write_episode`); every value is checked against
+them read here with `json`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -135,15 +138,12 @@ def test_bad_rollout_names_file_line_field(tmp_path, change, field, rule):
     assert str(exc.value).startswith(f"{path}: line 2: field '{field}': {rule}")
 
 
-def test_missing_reward_and_v04_traces(tmp_path):
+def test_missing_reward(tmp_path):
     path = tmp_path / "results.jsonl"
     rec = records()[0]
     del rec["reward"]
     path.write_text(json.dumps(rec) + "\n")
     with pytest.raises(SourceError, match="line 1: field 'reward': missing"):
-        read(path)
-    path.write_text(json.dumps({"id": "e1", "task": {"type": "T", "data": {}}, "traces": []}) + "\n")
-    with pytest.raises(SourceError, match="verifiers 0.4 traces.jsonl episode"):
         read(path)
 
 
@@ -167,4 +167,232 @@ def test_cli_bad_input_one_error_line_and_no_output(tmp_path):
     out = tmp_path / "log.parquet"
     line = error_line(gaca("import", "--from", "verifiers", path, "-o", out))
     assert "results.jsonl: line 1: field 'reward': must be a number" in line
+    assert not out.exists()
+
+
+# --- verifiers 0.4: traces.jsonl ----------------------------------------------------------
+
+V04 = Path(__file__).parents[1] / "data" / "verifiers" / "v04"
+TRACES = V04 / "math-tools--tiny-model--renderer" / "traces.jsonl"
+API_TRACES = V04 / "math-tools--tiny-model--api" / "traces.jsonl"
+
+
+def episodes(path: Path = TRACES) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def chat(message: dict) -> dict:
+    """A graph message as a gaca context message: an assistant's tool calls follow its text as JSON."""
+    text = message.get("content") or ""
+    if message.get("tool_calls"):
+        calls = json.dumps(message["tool_calls"], sort_keys=True)
+        text = f"{text}\n{calls}" if text else calls
+    return {"role": message["role"], "content": text}
+
+
+def graph_path(nodes: list[dict], i: int) -> list[int]:
+    chain = [i]
+    while nodes[chain[0]].get("parent") is not None:
+        chain.insert(0, nodes[chain[0]]["parent"])
+    return chain
+
+
+def test_v04_every_sampled_node_is_a_step_with_its_path_tokens_and_logprobs():
+    trajs = by_traj(read(TRACES))
+    source = episodes()
+    assert len(source) == 4 and len(trajs) == 4
+    for n, episode in enumerate(source, start=1):
+        (trace,) = episode["traces"]
+        nodes = trace["nodes"]
+        steps = trajs[f"{TRACES}:{n}:0"]
+        sampled = [i for i, node in enumerate(nodes) if node["sampled"]]
+        assert [s["step_idx"] for s in steps] == list(range(len(sampled)))
+        for s, i in zip(steps, sampled, strict=True):
+            chain = graph_path(nodes, i)
+            node = nodes[i]
+            assert s["messages"] == [chat(nodes[j]["message"]) for j in chain[:-1]]
+            assert s["action"] == chat(node["message"])["content"]
+            scaffold = node["mask"].index(True)
+            assert (
+                s["prompt_token_ids"]
+                == [t for j in chain[:-1] for t in nodes[j]["token_ids"]] + node["token_ids"][:scaffold]
+            )
+            assert s["action_token_ids"] == node["token_ids"][scaffold:] and all(node["mask"][scaffold:])
+            assert s["behavior_logprobs"] == node["logprobs"]
+            assert len(s["behavior_logprobs"]) == len(s["action_token_ids"])
+            assert s["timestamp"] == node["timestamp"]
+            (call,) = [c for c in trace["calls"] if c["node"] == i]
+            assert (s["model"], s["endpoint"], s["finish_reason"]) == (
+                call["model"],
+                call["endpoint"],
+                call["finish_reason"],
+            )
+            assert s["extra"]["call"] == {
+                k: v for k, v in call.items() if k not in ("node", "model", "endpoint", "finish_reason")
+            }
+
+
+def test_v04_episode_trace_reward_and_task_fields():
+    trajs = by_traj(read(TRACES))
+    for n, episode in enumerate(episodes(), start=1):
+        (trace,) = episode["traces"]
+        steps = trajs[f"{TRACES}:{n}:0"]
+        total = sum(r["score"] * r["weight"] for r in trace["rewards"].values())
+        truncated = trace["stop_condition"] == "max_turns"
+        for s in steps:
+            assert s["group_id"] == f"{TRACES}:{episode['task']['key']}:{trace['agent']['name']}"
+            assert s["episode_reward"] == total
+            for name, r in trace["rewards"].items():
+                assert (s[f"reward_{name}"], s[f"reward_weight_{name}"]) == (r["score"], r["weight"])
+            assert {k: v for k, v in s.items() if k.startswith("metric_")} == {
+                f"metric_{k}": v for k, v in trace["metrics"].items()
+            }
+            task = episode["task"]
+            assert (s["task_type"], s["task_key"], s["task_hash"]) == (task["type"], task["key"], task["hash"])
+            assert (s["task_idx"], s["task_prompt"], s["task_answer"]) == (
+                task["data"]["idx"],
+                task["data"]["prompt"],
+                task["data"]["answer"],
+            )
+            assert (s["env_id"], s["run_id"], s["run_name"], s["run_type"]) == (
+                episode["env"]["id"],
+                episode["run"]["id"],
+                episode["run"]["name"],
+                episode["run"]["type"],
+            )
+            assert (s["episode_id"], s["episode_ok"], s["episode_num_output_tokens"]) == (
+                episode["id"],
+                episode["ok"],
+                episode["num_output_tokens"],
+            )
+            assert (s["trace_id"], s["trace_version"], s["verifiers_version"]) == (
+                trace["id"],
+                trace["version"],
+                trace["verifiers"]["version"],
+            )
+            for key in ("is_completed", "ok", "stop_condition", "is_timeout", "num_input_tokens", "num_output_tokens"):
+                assert s[key] == trace[key], key
+            assert (s["agent_name"], s["agent_trainable"]) == (trace["agent"]["name"], trace["agent"]["trainable"])
+            assert s["is_truncated"] is truncated
+        assert [s["reward"] for s in steps] == [0.0] * (len(steps) - 1) + [total]
+        assert [s["done"] for s in steps] == [False] * (len(steps) - 1) + [trace["is_completed"] and not truncated]
+        last = steps[-1]["extra"]
+        assert last["agent_config"] == trace["agent"]["config"]
+        assert last["timing"] == trace["timing"] and last["tools"] == trace["tools"]
+        assert last["task_network_allow"] == episode["task"]["data"]["network_allow"]
+        assert all(k not in s.get("extra", {}) for s in steps[:-1] for k in ("timing", "agent_config"))
+    groups = {s["group_id"] for s in read(TRACES)}
+    assert len(groups) == 2  # two tasks, two rollouts each
+
+
+def test_v04_input_nodes_reasoning_and_a_tool_result_after_the_last_turn():
+    source = episodes()
+    trajs = by_traj(read(TRACES))
+    tools = trajs[f"{TRACES}:3:0"]  # tool call, tool result, answer with reasoning
+    nodes = source[2]["traces"][0]["nodes"]
+    assert tools[1]["extra"]["input_nodes"] == [
+        {k: v for k, v in nodes[3].items() if k not in ("token_ids", "mask", "logprobs")}
+    ]
+    assert tools[1]["reasoning_content"] == nodes[4]["message"]["reasoning_content"]
+    cut = trajs[f"{TRACES}:4:0"]  # stopped at max_turns before reading the last tool result
+    nodes = source[3]["traces"][0]["nodes"]
+    assert cut[-1]["extra"]["nodes_after"] == {"5": nodes[5]}
+    assert cut[-1]["extra"]["info"] == source[3]["traces"][0]["info"]
+    assert cut[-1]["done"] is False
+
+
+def test_v04_api_run_has_chats_and_no_tokens():
+    rows = read(API_TRACES)
+    source = episodes(API_TRACES)
+    assert len(rows) == sum(sum(n["sampled"] for n in e["traces"][0]["nodes"]) for e in source) == 4
+    for row in rows:
+        assert not {"prompt_token_ids", "action_token_ids", "behavior_logprobs"} & row.keys()
+        assert row["messages"][:2] == [chat(n["message"]) for n in source[0]["traces"][0]["nodes"][:2]]
+
+
+def test_v04_unsplittable_mask_keeps_the_tokens_in_extra(tmp_path):
+    episode = episodes()[0]
+    node = episode["traces"][0]["nodes"][2]
+    node["mask"] = [True, False, True]
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(episode) + "\n")
+    (row,) = read(path)
+    assert not {"prompt_token_ids", "action_token_ids", "behavior_logprobs"} & row.keys()
+    assert row["extra"]["node_tokens"] == {k: node[k] for k in ("token_ids", "mask", "logprobs")}
+
+
+def test_v04_episode_without_traces_is_one_empty_step(tmp_path):
+    episode = {**episodes()[0], "traces": [], "ok": False, "errors": [{"type": "SetupError", "message": "no box"}]}
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(episode) + "\n")
+    (row,) = read(path)
+    assert (row["action"], row["messages"], row["reward"], row["done"]) == ("", [], 0.0, False)
+    assert row["extra"]["episode_errors"] == episode["errors"]
+
+
+def _set(record: dict, dotted: str, value: object) -> None:
+    keys = [int(k) if k.isdigit() else k for k in dotted.replace("[", ".").replace("]", "").split(".")]
+    target = record
+    for key in keys[:-1]:
+        target = target[key]
+    target[keys[-1]] = value
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reported", "rule"),
+    [
+        ("task", "t1", "task", "must be an object"),
+        ("traces", {}, "traces", "must be a list"),
+        ("traces[0].rewards.correct.score", "high", "traces[0].rewards.correct.score", "must be a number"),
+        ("traces[0].rewards.format", {"weight": 0.2}, "traces[0].rewards.format.score", "missing"),
+        ("traces[0].metrics.num_tool_calls", "two", "traces[0].metrics.num_tool_calls", "must be a number"),
+        ("traces[0].nodes[1].parent", 5, "traces[0].nodes[1].parent", "must be the index of an earlier node"),
+        ("traces[0].nodes[1].message", {"content": "x"}, "traces[0].nodes[1].message", "must be a chat message"),
+        ("traces[0].nodes[2].token_ids", [1, "a", 3], "traces[0].nodes[2].token_ids", "must be a list of ints"),
+        ("traces[0].nodes[2].mask", [False, True], "traces[0].nodes[2].mask", "must be as long as token_ids"),
+        ("traces[0].nodes[2].logprobs", [0.0], "traces[0].nodes[2].logprobs", "must hold one value per"),
+        ("traces[0].nodes[0].sampled", True, "traces[0].nodes[0].message", "a sampled node must be an assistant"),
+    ],
+)
+def test_v04_bad_episode_names_file_line_field(tmp_path, field, value, reported, rule):
+    good = episodes()[0]
+    bad = copy.deepcopy(good)
+    _set(bad, field, value)
+    path = tmp_path / "traces.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(SourceError) as exc:
+        read(path)
+    assert str(exc.value).startswith(f"{path}: line 2: field '{reported}': {rule}")
+
+
+def test_v04_cli_import_of_a_run_directory_validates(tmp_path):
+    out = tmp_path / "log.parquet"
+    summary = import_json("verifiers", V04, out=out)  # a directory: its traces.jsonl files
+    assert summary
+    table = pq.read_table(out).to_pylist()
+    expected = read(API_TRACES, TRACES)
+    key = lambda r: (r["traj_id"], r["step_idx"])  # noqa: E731
+    assert len(table) == len(expected) == 10
+    for got, want in zip(sorted(table, key=key), sorted(expected, key=key), strict=True):
+        for col in ("group_id", "reward", "episode_reward", "done", "action", "messages", "reward_format"):
+            assert got[col] == want[col], col
+        for col in ("prompt_token_ids", "action_token_ids"):
+            assert got[col] == want.get(col), col
+        if "behavior_logprobs" in want:
+            assert got["behavior_logprobs"] == pytest.approx(want["behavior_logprobs"], abs=1e-6)
+    res = gaca("validate", out)
+    assert res.exit_code == 0, res.output
+    res = gaca("validate", out, "--for", "score")
+    assert res.exit_code == 0, res.output
+
+
+def test_v04_cli_bad_episode_one_error_line_and_no_output(tmp_path):
+    episode = episodes()[0]
+    episode["traces"][0]["nodes"][2]["mask"] = [True]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "traces.jsonl").write_text(json.dumps(episode) + "\n")
+    out = tmp_path / "log.parquet"
+    line = error_line(gaca("import", "--from", "verifiers", run, "-o", out))
+    assert "traces.jsonl: line 1: field 'traces[0].nodes[2].mask': must be as long as token_ids" in line
     assert not out.exists()
