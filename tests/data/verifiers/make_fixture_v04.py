@@ -196,7 +196,10 @@ def episodes(run: str, tokens: bool) -> list[Episode]:
 
 
 def main() -> None:
-    for name, tokens, count in (("math-tools--tiny-model--renderer", True, 4), ("math-tools--tiny-model--api", False, 2)):
+    for name, tokens, count in (
+        ("math-tools--tiny-model--renderer", True, 4),
+        ("math-tools--tiny-model--api", False, 2),
+    ):
         out = HERE / name
         out.mkdir(parents=True, exist_ok=True)
         (out / TRACES_FILE).write_text("")  # as `save_config` starts a run
