@@ -15,6 +15,27 @@ from pathlib import Path
 from typing import Any
 
 from gaca_cli.errors import GacaError
+from gaca_cli.log import columns as C
+
+#: the log's columns a format fills, and `extra`: a source field of one of these names that the
+#: format does not map is kept as `source_<name>` (the core does the same for the columns the
+#: commands write)
+SCHEMA_COLUMNS = frozenset(
+    {
+        *C.REQUIRED,
+        C.PROMPT,
+        C.MESSAGES,
+        C.ACTION,
+        C.ANCHOR_OBS,
+        C.ANCHOR_KEY,
+        C.DONE,
+        C.EPISODE_REWARD,
+        C.PROMPT_TOKEN_IDS,
+        C.ACTION_TOKEN_IDS,
+        C.BEHAVIOR_LOGPROBS,
+        "extra",
+    }
+)
 
 
 @dataclass(frozen=True)

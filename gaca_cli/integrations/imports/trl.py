@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
@@ -43,27 +44,13 @@ from gaca_cli.integrations.imports.base import (
     split_chat,
     text_of,
 )
-from gaca_cli.log import columns as C
 
 STEP, PROMPT, COMPLETION, ADVANTAGE = "step", "prompt", "completion", "advantage"
-KNOWN_INPUTS = (
-    *C.REQUIRED,
-    C.PROMPT,
-    C.MESSAGES,
-    C.ACTION,
-    C.ANCHOR_OBS,
-    C.ANCHOR_KEY,
-    C.DONE,
-    C.EPISODE_REWARD,
-    C.PROMPT_TOKEN_IDS,
-    C.ACTION_TOKEN_IDS,
-    C.BEHAVIOR_LOGPROBS,
-)
 REWARD_PREFIX = "reward_"  # a reward function's column `f` is kept as `reward_f`
 SOURCE_ADVANTAGE = "source_advantage"
 # the columns this format writes and the schema's own: a log_extra column of one of these names
 # (or named reward_*) is kept as source_<name>
-WRITTEN = frozenset({*KNOWN_INPUTS, "extra", STEP, SOURCE_ADVANTAGE})
+WRITTEN = frozenset({*SCHEMA_COLUMNS, STEP, SOURCE_ADVANTAGE})
 _PLAIN_KEYS = frozenset({"role", "content"})
 _ASSISTANT_KEYS = frozenset({"role", "content", "tool_calls"})  # what a step's action shows
 

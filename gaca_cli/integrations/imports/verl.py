@@ -47,7 +47,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, iter_jsonl
+from gaca_cli.integrations.imports.base import SCHEMA_COLUMNS, FormatInfo, ImportOptions, SourceError, iter_jsonl
 from gaca_cli.log import columns as C
 
 INPUT, OUTPUT, GTS, SCORE, STEP, UID = "input", "output", "gts", "score", "step", "uid"
@@ -63,18 +63,7 @@ TURN_SCORE, TOOL_REWARD = "turn_score", "tool_reward"  # the per-step columns th
 # kept as source_<name>
 WRITTEN = frozenset(
     {
-        *C.REQUIRED,
-        C.PROMPT,
-        C.MESSAGES,
-        C.ACTION,
-        C.ANCHOR_OBS,
-        C.ANCHOR_KEY,
-        C.DONE,
-        C.EPISODE_REWARD,
-        C.PROMPT_TOKEN_IDS,
-        C.ACTION_TOKEN_IDS,
-        C.BEHAVIOR_LOGPROBS,
-        "extra",
+        *SCHEMA_COLUMNS,
         INPUT,
         GTS,
         STEP,
