@@ -177,36 +177,33 @@ class StreamedAnchors(Anchors):
     def _first_pass(self) -> tuple[np.ndarray, int]:
         """(uint64 [N] hashes, count of empty anchors), from one pass over the column."""
         hashes = np.empty(self.n_rows, dtype=np.uint64)
-        empty = 0
-        for k, text in enumerate(self._verified_batches()):
-            hashes[self._batch_start[k] : self._batch_start[k + 1]] = text.hash(seed=HASH_SEED).to_numpy()
+        empty = at = 0
+        for text in self._verified_pieces():
+            hashes[at : at + len(text)] = text.hash(seed=HASH_SEED).to_numpy()
             empty += int((text.str.len_bytes() == 0).sum())
+            at += len(text)
         return hashes, empty
 
-    def _verified_batches(self) -> Iterator[pl.Series]:
-        """Every batch's text in order, read by pyarrow (page checksums verified: see
-        gaca_cli.log.io.open_parquet), as the polars String series `_read` gives."""
+    def _verified_pieces(self) -> Iterator[pl.Series]:
+        """The column's text in row order, in the record batches pyarrow reads (page checksums
+        verified: see gaca_cli.log.io.open_parquet), each as the polars String series `_read`
+        gives. Hashes do not depend on where the pieces split, so the pieces are not re-cut
+        into `_batch_start`'s batches."""
         import polars as pl
 
         for f, path in enumerate(self.files):
             if _stamp(path) != self._stamps[f]:
                 raise GacaError("the input changed while it was being read; run again", file=path)
-            wanted = np.diff(self._batch_start)[self._batch_file == f].tolist()  # rows of each batch
-            pending: list[pa.Array] = []
-            have = nulls = read = 0
-            expected = int(sum(wanted))
+            expected = int(self._file_start[f + 1] - self._file_start[f])
+            nulls = read = 0
             try:
                 with open_parquet(path) as reader:
                     for batch in reader.iter_batches(batch_size=self._size, columns=[self.column]):
-                        pending.append(plain(batch.column(0)))
-                        have += batch.num_rows
                         read += batch.num_rows
                         nulls += batch.column(0).null_count
-                        while wanted and have >= wanted[0]:
-                            text = pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
-                            head, rest = text.slice(0, wanted[0]), text.slice(wanted[0])
-                            pending, have = [rest], have - wanted.pop(0)
-                            yield _as_string_series(pl.from_arrow(head))
+                        if read > expected:  # reported below, before any hash lands out of range
+                            break
+                        yield _as_string_series(pl.from_arrow(plain(batch.column(0))))
             except READ_ERRORS as exc:
                 raise GacaError(
                     f"not a readable Parquet file ({_first_line(exc)})", file=path, column=self.column
