@@ -71,6 +71,21 @@ class SourceError(GacaError):
         super().__init__(": ".join([*parts, rule]), file=str(file))
 
 
+def is_scalar(value: Any) -> bool:
+    """A value that becomes its own column (a string, number, boolean or null); anything else
+    (lists, objects) goes into the JSON column `extra`."""
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def split_fields(items: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A source's other fields as (scalars for their own columns, nested values for `extra`)."""
+    own: dict[str, Any] = {}
+    nested: dict[str, Any] = {}
+    for key, value in items:
+        (own if is_scalar(value) else nested)[key] = value
+    return own, nested
+
+
 def text_of(content: Any) -> str:
     """The text of a chat message's content: a string as it is, OpenAI content parts
     (`[{"type": "text", "text": ...}, ...]`) joined, None as ""."""

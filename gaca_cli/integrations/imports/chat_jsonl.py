@@ -25,6 +25,7 @@ from gaca_cli.integrations.imports.base import (
     iter_jsonl,
     number,
     split_chat,
+    split_fields,
     text_of,
 )
 
@@ -77,16 +78,7 @@ def _id(value: Any, path: Path, where: str, key: str) -> str:
 
 def _rest(record: Mapping[str, Any], used: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The record's other fields: scalars as their own columns, nested values in `extra`."""
-    own: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    for key, value in record.items():
-        if key in used:
-            continue
-        if value is None or isinstance(value, (str, int, float, bool)):
-            own[key] = value
-        else:
-            extra[key] = value
-    return own, extra
+    return split_fields((key, value) for key, value in record.items() if key not in used)
 
 
 def _with_rest(row: dict[str, Any], own: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from gaca_cli.integrations.imports.base import (
     ImportOptions,
     SourceError,
     action_text,
+    is_scalar,
     number,
     read_json,
     text_of,
@@ -120,7 +121,7 @@ def _rest(record: Mapping[str, Any], used: set[str], row: dict[str, Any], extra:
     for key, value in record.items():
         if key in used:
             continue
-        if (value is None or isinstance(value, (str, int, float, bool))) and key not in row:
+        if is_scalar(value) and key not in row:
             row[key] = value
         elif value not in ({}, [], None):
             extra[key] = value

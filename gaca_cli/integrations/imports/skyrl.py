@@ -30,7 +30,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, iter_jsonl, number, require
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    is_scalar,
+    iter_jsonl,
+    number,
+    require,
+)
 
 INFO = FormatInfo(
     name="skyrl",
@@ -282,10 +290,7 @@ def _int_list(record: Mapping[str, Any], key: str, path: Path, where: str) -> li
 
 def _keep(row: dict[str, Any], extra: dict[str, Any], key: str, value: Any) -> None:
     """A source field the schema does not know: its own column when scalar, else into `extra`."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        row[key] = value
-    else:
-        extra[key] = value
+    (row if is_scalar(value) else extra)[key] = value
 
 
 def write_generator_output(

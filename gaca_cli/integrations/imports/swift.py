@@ -22,7 +22,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, iter_jsonl, number, read_json
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    iter_jsonl,
+    number,
+    read_json,
+    split_fields,
+)
 
 INFO = FormatInfo(
     name="swift",
@@ -168,13 +176,8 @@ def _table(
         }
         for f, v in zip(functions, values):
             row[f"reward_{f}"] = v
-        extra: dict[str, Any] = {}
-        for key_ in others:
-            value = record[key_][i]
-            if value is None or isinstance(value, (str, int, float, bool)):
-                row[key_] = value
-            else:
-                extra[key_] = value
+        own, extra = split_fields((key_, record[key_][i]) for key_ in others)
+        row.update(own)
         if extra:
             row["extra"] = extra
         yield row
@@ -201,14 +204,10 @@ def _row(record: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
         "action": record["completion"],
         "training_step": step,
     }
-    extra: dict[str, Any] = {}
-    for key, value in record.items():
-        if key in ("gen_step", "prompt", "completion", "reward"):
-            continue
-        if value is None or isinstance(value, (str, int, float, bool)):
-            row[key] = value
-        else:
-            extra[key] = value
+    own, extra = split_fields(
+        (key, value) for key, value in record.items() if key not in ("gen_step", "prompt", "completion", "reward")
+    )
+    row.update(own)
     if extra:
         row["extra"] = extra
     return row

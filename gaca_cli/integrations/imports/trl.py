@@ -42,6 +42,7 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     iter_parquet_rows,
     split_chat,
+    split_fields,
     text_of,
 )
 
@@ -161,15 +162,9 @@ def _reward(
 def _kept(record: Mapping[str, Any], others: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The table's other columns (log_extra): scalars as their own columns (renamed
     `source_<name>` where the name is one this format writes), nested values for `extra`."""
-    own: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    for name in others:
-        value = record[name]
-        if value is None or isinstance(value, (str, int, float, bool)):
-            own[f"source_{name}" if name in WRITTEN or name.startswith(REWARD_PREFIX) else name] = value
-        else:
-            extra[name] = value
-    return own, extra
+    own, extra = split_fields((name, record[name]) for name in others)
+    renamed = {f"source_{k}" if k in WRITTEN or k.startswith(REWARD_PREFIX) else k: v for k, v in own.items()}
+    return renamed, extra
 
 
 def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -34,6 +34,7 @@ from gaca_cli.integrations.imports.base import (
     FormatInfo,
     ImportOptions,
     SourceError,
+    is_scalar,
     iter_jsonl,
     number,
     read_json,
@@ -141,10 +142,7 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     for key, value in record.items():
         if key in _MAPPED or (key in metrics and value == metrics[key]):
             continue  # mapped, or a metric repeated at the top level
-        if value is None or isinstance(value, (str, int, float, bool)):
-            common[key] = value
-        else:
-            extra[key] = value
+        (common if is_scalar(value) else extra)[key] = value
     completed = record.get("is_completed", True)
     done = completed if isinstance(completed, bool) else True
 
@@ -206,10 +204,6 @@ _NODE_MAPPED = frozenset({"parent", "message", "sampled", "token_ids", "mask", "
 _CALL_COLUMNS = ("model", "endpoint", "finish_reason")
 
 
-def _scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float, bool))
-
-
 def _spread(
     record: Mapping[str, Any], prefix: str, columns: dict[str, Any], extra: dict[str, Any], skip: frozenset[str]
 ) -> None:
@@ -217,7 +211,7 @@ def _spread(
     for key, value in record.items():
         if key in skip:
             continue
-        if _scalar(value):
+        if is_scalar(value):
             columns[f"{prefix}{key}"] = value
         elif value:
             extra[f"{prefix}{key}"] = value
@@ -416,7 +410,7 @@ def _step(
     for key, value in message.items():
         if key in ("role", "content", "tool_calls"):
             continue
-        if _scalar(value):
+        if is_scalar(value):
             step[key] = value
         elif value:
             extra.setdefault("message", {})[key] = value

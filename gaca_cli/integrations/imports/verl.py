@@ -47,7 +47,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gaca_cli.integrations.imports.base import SCHEMA_COLUMNS, FormatInfo, ImportOptions, SourceError, iter_jsonl
+from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    is_scalar,
+    iter_jsonl,
+    split_fields,
+)
 from gaca_cli.log import columns as C
 
 INPUT, OUTPUT, GTS, SCORE, STEP, UID = "input", "output", "gts", "score", "step", "uid"
@@ -146,17 +154,9 @@ def _text(record: Mapping[str, Any], key: str, path: Path, where: str) -> str:
 def _kept(record: Mapping[str, Any], consumed: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The record's other fields: (scalar ones, as their own columns; nested ones, for `extra`).
     A field named like a column this format writes is kept as source_<name>."""
-    own: dict[str, Any] = {}
-    nested: dict[str, Any] = {}
-    for key, value in record.items():
-        if key in consumed:
-            continue
-        name = f"source_{key}" if key in WRITTEN else key
-        if value is None or isinstance(value, (str, int, float, bool)):
-            own[name] = value
-        else:
-            nested[name] = value
-    return own, nested
+    return split_fields(
+        (f"source_{key}" if key in WRITTEN else key, value) for key, value in record.items() if key not in consumed
+    )
 
 
 # --- rollout dumps -------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, lin
     step = _integer(record, STEP, path, where)
     own, nested = _kept(record, frozenset({INPUT, OUTPUT, SCORE, STEP, GTS, UID}))
     gts = record.get(GTS)
-    if gts is None or isinstance(gts, (str, int, float, bool)):
+    if is_scalar(gts):
         own[GTS] = gts
     else:
         nested[GTS] = gts
