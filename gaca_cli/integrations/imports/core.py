@@ -169,7 +169,8 @@ def _unified_schema(parts: _Parts) -> pa.Schema:
     return pa.schema([schema.field(n) for n in _column_order(schema.names)])
 
 
-def _merge(parts: _Parts, out: str, metadata: Mapping[str, str]) -> None:
+def _merge(parts: _Parts, out: str, metadata: Mapping[str, str]) -> list[str]:
+    """Concatenate the parts into `out` under their unified schema; returns its column names."""
     schema = _unified_schema(parts)
     schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
     with pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=["group_id"]) as writer:
@@ -182,6 +183,7 @@ def _merge(parts: _Parts, out: str, metadata: Mapping[str, str]) -> None:
                 else:
                     columns.append(pa.nulls(table.num_rows, f.type))
             writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+    return schema.names
 
 
 @dataclass(frozen=True)
@@ -247,11 +249,10 @@ def run_import(
             )
         }
         merged = tmp / "log.parquet"
-        _merge(parts, str(merged), metadata)
+        columns = _merge(parts, str(merged), metadata)
         log = read_log([merged], {}, columns=_checked_columns)
         result = inspect_log(log, command)
         violations = [_renamed(v, f"{label} (as imported)") for v in result.violations]
-        columns = _unified_schema(parts).names
         steps = _max_steps(log) if not violations else 0
         summary = {
             "format": format_name,
