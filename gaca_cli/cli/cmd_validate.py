@@ -43,13 +43,17 @@ def validate(
         "source": log.source,
         "rows": log.table.num_rows,
         "ok": not result.violations,
-        "violations": [
-            {"file": v.file, "column": v.column, "rule": v.rule, "rows": list(v.rows), "n_rows": v.n_rows}
-            for v in result.violations
-        ],
+        "violations": _violations(result.violations),
         "warnings": result.warnings,
     }
     _report(report, as_json)
+
+
+def _violations(errors: list) -> list[dict]:
+    """The broken rules as the report's JSON records."""
+    return [
+        {"file": v.file, "column": v.column, "rule": v.rule, "rows": list(v.rows), "n_rows": v.n_rows} for v in errors
+    ]
 
 
 def _report(report: dict, as_json: bool) -> None:
@@ -81,10 +85,7 @@ def _validate_source(
         "source": f"{', '.join(map(str, sources))} (--from {source_format})",
         "rows": s["rows"],
         "ok": not result.violations,
-        "violations": [
-            {"file": v.file, "column": v.column, "rule": v.rule, "rows": list(v.rows), "n_rows": v.n_rows}
-            for v in result.violations
-        ],
+        "violations": _violations(result.violations),
         "warnings": s["warnings"],
         "missing": s["missing"],
     }
