@@ -23,10 +23,13 @@ def step_group_codes(index: TrajectoryIndex, anchors: Anchors) -> np.ndarray:
 
     Anchors are grouped by their hashes (`hash_codes`), then every row of a multi-row code is
     compared with the code's first row, exactly: codes that mix anchors (a hash collision) are
-    split, so the result never depends on the hash.
+    split, so the result never depends on the hash. (A column left on disk makes those
+    comparisons while it hashes, told the groups beforehand.)
     """
     if index.n_rows == 0:
         return np.zeros(0, dtype=np.int64)
+    if not anchors.read_whole:
+        anchors.expect_groups(index.traj_group[index.row_traj])
     codes, rows, reps = hash_codes(anchors.file_hashes(), index)
     if len(rows):
         same = anchors.equal_rows(rows, reps)

@@ -4,7 +4,8 @@ anchor warnings (empty anchors, episode groups whose step-0 anchors differ).
 Hashes only find candidates for equal anchors; every match is confirmed exactly, so a hash
 collision can never merge two different anchors. The column is held one of two ways:
 `PolarsAnchors` keeps it in memory as one polars Series; `StreamedAnchors` keeps only its
-hashes and reads the text again from the files when candidates must be compared.
+hashes, compares in its one pass the pairs step grouping asks about (`expect_groups`), and
+reads the text again from the files for any other pair.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ HASH_SEED = 0  # polars' hashes are stable within one process (and one polars ve
 BATCH_BYTES = 128 * 2**20
 #: wanted rows this far apart are read as separate runs (see `StreamedAnchors._lookup`)
 GAP_ROWS = 65536
+#: rows pyarrow reads at a time in the pass (small reads reuse memory: 1.5-2x faster than
+#: reading a whole batch at once)
+PIECE_ROWS = 65536
 _VIEW_BYTES = 16  # a polars string view per row, besides the text
 
 
@@ -62,6 +66,17 @@ class Anchors:
     def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
         """bool [len(rows_a)]: anchor of row rows_a[i] == anchor of row rows_b[i], exactly."""
         raise NotImplementedError
+
+    @property
+    def read_whole(self) -> bool:
+        """Whether the column has been read (hashed) whole: a column held in memory always."""
+        return True
+
+    def expect_groups(self, groups: np.ndarray) -> None:
+        """The episode group of each file row (int64 [N]), told before `file_hashes`: the pairs
+        `equal_rows` will be asked about are each row and the first row of the file with its
+        group and hash (`gaca_cli.advantages.step_groups.hash_codes`). A column held in memory
+        compares any pair at once and ignores it."""
 
     def values(self, rows: np.ndarray) -> pa.Array:
         """The anchors of the given rows, as one plain array."""
@@ -101,7 +116,9 @@ class StreamedAnchors(Anchors):
     One pass reads the column in batches of about `BATCH_BYTES` of text (slices of rows,
     read by pyarrow, which verifies page checksums and reports a damaged page as an error)
     and hashes each batch with polars (the hash `PolarsAnchors` gives), keeping 8 bytes per
-    row. Later reads (polars, which skips the pages outside the rows it wants) only read
+    row. Given the rows' episode groups first (`expect_groups`), the same pass compares each
+    row with the first row of its group with the same hash (`_FirstRows`), so step grouping
+    needs no second read. Later reads (polars, which skips the pages outside the rows it wants) only read
     files that pass has read whole, unchanged since (their size and modification time). `equal_rows` compares the pairs whose hashes agree by reading
     again only the batches that hold them: a pair inside one batch is compared there; for a
     pair spanning batches, the earlier row's text is copied out of its batch and kept until
@@ -137,6 +154,7 @@ class StreamedAnchors(Anchors):
         self._batch_start = np.array([*starts, self.n_rows], dtype=np.int64)
         self._batch_file = np.array(files_of, dtype=np.int64)
         self._file_start = np.concatenate([[0], np.cumsum(file_rows)]).astype(np.int64)
+        self._groups: np.ndarray | None = None  # see expect_groups
 
     @classmethod
     def from_files(
@@ -165,6 +183,10 @@ class StreamedAnchors(Anchors):
     def file_hashes(self) -> np.ndarray:
         return self._first_pass[0]
 
+    def expect_groups(self, groups: np.ndarray) -> None:
+        if not self.read_whole and len(groups) == self.n_rows:
+            self._groups = np.asarray(groups, dtype=np.int64)
+
     @property
     def read_whole(self) -> bool:
         """Whether the pass over the whole column (page checksums verified) has run."""
@@ -174,15 +196,26 @@ class StreamedAnchors(Anchors):
         return self._first_pass[1]
 
     @cached_property
-    def _first_pass(self) -> tuple[np.ndarray, int]:
-        """(uint64 [N] hashes, count of empty anchors), from one pass over the column."""
+    def _first_pass(self) -> tuple[np.ndarray, int, _FirstRows | None]:
+        """(uint64 [N] hashes, count of empty anchors, the comparisons with the first rows of
+        (group, hash) when the groups were expected), from one pass over the column."""
+        import polars as pl
+
         hashes = np.empty(self.n_rows, dtype=np.uint64)
-        empty = at = 0
-        for text in self._verified_pieces():
+        first_rows = None if self._groups is None else _FirstRows(self._groups, hashes, self._size)
+        empty = at = begin = 0  # rows [begin, at) wait in `pending` for first_rows
+        pending: list[pl.Series] = []
+        for text in _read_ahead(self._verified_pieces()):
             hashes[at : at + len(text)] = text.hash(seed=HASH_SEED).to_numpy()
             empty += int((text.str.len_bytes() == 0).sum())
             at += len(text)
-        return hashes, empty
+            if first_rows is not None:
+                pending.append(text)
+                if at - begin >= self._size or at == self.n_rows:
+                    first_rows.add(begin, pl.concat(pending, rechunk=True))
+                    pending, begin = [], at
+        self._groups = None
+        return hashes, empty, first_rows
 
     def _verified_pieces(self) -> Iterator[pl.Series]:
         """The column's text in row order, in the record batches pyarrow reads (page checksums
@@ -198,7 +231,7 @@ class StreamedAnchors(Anchors):
             nulls = read = 0
             try:
                 with open_parquet(path) as reader:
-                    for batch in reader.iter_batches(batch_size=self._size, columns=[self.column]):
+                    for batch in reader.iter_batches(batch_size=min(self._size, PIECE_ROWS), columns=[self.column]):
                         read += batch.num_rows
                         nulls += batch.column(0).null_count
                         if read > expected:  # reported below, before any hash lands out of range
@@ -223,6 +256,11 @@ class StreamedAnchors(Anchors):
         hashes = self.file_hashes()
         same = hashes[a] == hashes[b]
         check = np.flatnonzero(same & (a != b))
+        first_rows = self._first_pass[2]
+        if len(check) and first_rows is not None:  # pairs the pass compared
+            known, equal = first_rows.lookup(a[check], b[check])
+            same[check[known]] = equal[known]
+            check = check[~known]
         if len(check):
             same[check] = self._compare(a[check], b[check])
         return same
@@ -323,6 +361,94 @@ class StreamedAnchors(Anchors):
             raise GacaError("the input changed while it was being read; run again", file=path)
         # one chunk: polars gathers from a many-chunk series ~20x slower
         return _as_string_series(text).rechunk()
+
+
+#: batches of text `_FirstRows` keeps for first rows that later rows will be compared with
+KEEP_BATCHES = 3
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # spreads group codes over 64 bits before they meet the hash
+
+
+class _FirstRows:
+    """The comparisons `step_group_codes` needs, made during `StreamedAnchors`' one pass:
+    each row with the first row of the file that has its episode group and hash.
+
+    Batches arrive in file order. A key of (group, hash) is looked up among the first rows
+    seen (`live`: one row per key whose group has rows still to come) and the batch's own
+    rows, with a polars window over one integer mixing group and hash; a mixed key shared by
+    two (group, hash) pairs is told apart by checking the pair and left to `equal_rows`'
+    second read. The text of a first row stays in its batch, which is kept while a live key
+    points into it, at most `KEEP_BATCHES` of them (older ones are dropped and the rows that
+    would have needed them are compared by the second read).
+
+    verdict int8 [N]: 3 the first row of its key, 1 equal to it, 2 different, 0 not compared.
+    """
+
+    def __init__(self, groups: np.ndarray, hashes: np.ndarray, batch_rows: int):
+        import polars as pl
+
+        self.groups = groups
+        self.hashes = hashes  # filled by the pass before each batch is added
+        self.verdict = np.zeros(len(groups), dtype=np.int8)
+        frame = pl.DataFrame({"g": groups}).with_row_index("row")
+        last = frame.group_by("g").agg(pl.col("row").max())
+        self.last_row = np.full(int(groups.max()) + 1 if len(groups) else 0, -1, dtype=np.int64)
+        self.last_row[last["g"].to_numpy()] = last["row"].to_numpy()
+        self.live = pl.DataFrame(schema={"key": pl.UInt64, "g": pl.Int64, "ref": pl.Int64})
+        self.kept: list[tuple[int, pl.Series]] = []  # (first row, text) of the batches kept
+        self.keep_batches = KEEP_BATCHES
+
+    def add(self, start: int, text: pl.Series) -> None:
+        """Compare the rows of the batch starting at file row `start` (their hashes already in
+        `hashes`) with the first rows of their keys."""
+        import polars as pl
+
+        stop = start + len(text)
+        rows = np.arange(start, stop, dtype=np.int64)
+        g, h = self.groups[start:stop], self.hashes[start:stop]
+        key = h ^ (g.astype(np.uint64) * _MIX)
+        both = pl.concat([self.live, pl.DataFrame({"key": key, "g": g, "ref": rows})])
+        first = both.select(pl.col("ref").first().over("key")).to_series().to_numpy()
+        rep = first[len(self.live) :]
+        verdict = np.zeros(len(rows), dtype=np.int8)
+        verdict[rep == rows] = 3
+        at = np.flatnonzero((rep >= 0) & (rep < rows))  # -1: the first row's batch was dropped
+        at = at[(self.groups[rep[at]] == g[at]) & (self.hashes[rep[at]] == h[at])]  # not a mixed-key clash
+        self.kept.append((start, text))
+        for begin, kept in self.kept:
+            inside = at[(rep[at] >= begin) & (rep[at] < begin + len(kept))]
+            if len(inside):
+                equal = (text.gather(inside) == kept.gather(rep[inside] - begin)).to_numpy()
+                verdict[inside] = np.where(equal, 1, 2)
+        self.verdict[start:stop] = verdict
+        # the first rows of keys whose group goes on past this batch, and the batches they are in
+        refs, groups = both["ref"].to_numpy(), both["g"].to_numpy()
+        self.live = both.filter(pl.Series((first == refs) & (self.last_row[groups] >= stop)))
+        refs = self.live["ref"].to_numpy()
+        self.kept = [(b, kept) for b, kept in self.kept if ((refs >= b) & (refs < b + len(kept))).any()]
+        if len(self.kept) > self.keep_batches:  # the oldest batches go; their keys stay known
+            cut = self.kept[-self.keep_batches][0]
+            self.kept = self.kept[-self.keep_batches :]
+            self.live = self.live.with_columns(pl.when(pl.col("ref") < cut).then(-1).otherwise(pl.col("ref")).alias("ref"))
+
+    def lookup(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(known, equal) bool [P] for pairs of rows with equal hashes: known where b is the
+        first row of a's group and hash and the pass compared a with it."""
+        v = self.verdict
+        known = (v[b] == 3) & ((v[a] == 1) | (v[a] == 2)) & (self.groups[a] == self.groups[b])
+        known &= self.hashes[a] == self.hashes[b]
+        return known, v[a] == 1
+
+
+def _read_ahead(items: Iterator[pl.Series]) -> Iterator[pl.Series]:
+    """The items of `items`, each next one read by a thread while the caller works on the one
+    before (pyarrow reads without the GIL, so reading and hashing share the cores)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="gaca-anchors") as pool:
+        ahead = pool.submit(next, items, None)
+        while (item := ahead.result()) is not None:
+            ahead = pool.submit(next, items, None)
+            yield item
 
 
 def _as_string_series(text: object) -> pl.Series:

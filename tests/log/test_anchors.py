@@ -301,3 +301,78 @@ def test_damaged_pages_are_an_error(tmp_path):
     with pytest.raises(GacaError, match="not a readable Parquet file") as info:
         anchors.file_hashes()
     assert path in str(info.value)
+
+
+def first_of_group_pairs(groups: np.ndarray, values: list) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs step grouping asks about, by the slow twin: each row and the first row with
+    its group and text (rows that are that first row left out)."""
+    first: dict = {}
+    rows, reps = [], []
+    for r, key in enumerate(zip(groups.tolist(), values)):
+        if first.setdefault(key, r) != r:
+            rows.append(r)
+            reps.append(first[key])
+    return np.array(rows, dtype=np.int64), np.array(reps, dtype=np.int64)
+
+
+def grouped(tmp_path, n: int, seed: int, batch_bytes: int, spread: bool):
+    """n texts in episode groups: groups of neighbouring rows, or (spread) groups whose rows
+    are scattered over the whole file; written in small row groups."""
+    rng = np.random.default_rng(seed)
+    values = texts(n, seed=seed)
+    groups = rng.integers(0, 6, n) if spread else np.sort(rng.integers(0, n // 40, n))
+    path = write(tmp_path / f"g{seed}.parquet", values, row_group_size=97)
+    anchors = StreamedAnchors.from_files([path], COL, batch_bytes=batch_bytes)
+    anchors.expect_groups(groups)
+    return anchors, groups.astype(np.int64), values
+
+
+def refuse_second_reads(monkeypatch) -> None:
+    def second_read(self, a, b):
+        raise AssertionError("the pass should have compared these pairs")
+
+    monkeypatch.setattr(StreamedAnchors, "_compare", second_read)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_pass_compares_each_row_with_the_first_of_its_group(tmp_path, monkeypatch, seed):
+    """Told the groups first, the one pass answers every (row, first row of its group and
+    text) pair itself: no second read, even across many batches; other pairs stay exact."""
+    monkeypatch.setattr(anchors_module, "KEEP_BATCHES", 10**6)
+    anchors, groups, values = grouped(tmp_path, 2500, seed, batch_bytes=2000, spread=seed % 2 == 1)
+    assert len(anchors._batch_file) > 20
+    rows, reps = first_of_group_pairs(groups, values)
+    anchors.file_hashes()
+    with monkeypatch.context() as m:
+        refuse_second_reads(m)
+        assert anchors.equal_rows(rows, reps).all()
+    check(anchors, values, seed=seed)
+
+
+def test_batches_dropped_from_the_pass_are_read_again(tmp_path, monkeypatch):
+    """Keeping one batch, first rows of groups spread over the file are dropped; the pairs
+    that needed them are compared by a second read, exactly."""
+    monkeypatch.setattr(anchors_module, "KEEP_BATCHES", 1)
+    anchors, groups, values = grouped(tmp_path, 2500, 7, batch_bytes=2000, spread=True)
+    rows, reps = first_of_group_pairs(groups, values)
+    anchors.file_hashes()
+    with monkeypatch.context() as m:
+        refuse_second_reads(m)
+        with pytest.raises(AssertionError, match="should have compared"):
+            anchors.equal_rows(rows, reps)
+    assert anchors.equal_rows(rows, reps).all()
+    ids = dict_ids(values)
+    a, b = pairs(values, 4000, seed=7)
+    np.testing.assert_array_equal(anchors.equal_rows(a, b), ids[a] == ids[b])
+
+
+def test_groups_whose_mixed_keys_clash(tmp_path, monkeypatch):
+    """With group and hash mixed into a key that ignores the group (every group clashes), the
+    pass leaves the clashing pairs to the second read: answers stay exact."""
+    monkeypatch.setattr(anchors_module, "_MIX", np.uint64(0))
+    anchors, groups, values = grouped(tmp_path, 2500, 3, batch_bytes=2000, spread=True)
+    rows, reps = first_of_group_pairs(groups, values)
+    assert anchors.equal_rows(rows, reps).all()
+    different = np.array([ids != jds for ids, jds in zip(values, values[1:])] + [False])
+    a = np.flatnonzero(different)
+    np.testing.assert_array_equal(anchors.equal_rows(a, a + 1), np.zeros(len(a), dtype=bool))
