@@ -428,7 +428,9 @@ class _FirstRows:
         if len(self.kept) > self.keep_batches:  # the oldest batches go; their keys stay known
             cut = self.kept[-self.keep_batches][0]
             self.kept = self.kept[-self.keep_batches :]
-            self.live = self.live.with_columns(pl.when(pl.col("ref") < cut).then(-1).otherwise(pl.col("ref")).alias("ref"))
+            self.live = self.live.with_columns(
+                pl.when(pl.col("ref") < cut).then(-1).otherwise(pl.col("ref")).alias("ref")
+            )
 
     def lookup(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(known, equal) bool [P] for pairs of rows with equal hashes: known where b is the
