@@ -9,8 +9,8 @@ imports included, wall clock), on a synthetic log of one training batch (bench/s
 - `gaca inspect` on the bundled example (examples/rollouts.parquet, annotated by
   `gaca advantages --method gaca` in each tree; target: ≤ 0.3 s),
 - the floor under `gaca inspect`: a bare interpreter importing the libraries it runs on (typer
-  with the pydantic it parses options with, numpy, pyarrow, pandas, which pyarrow imports at
-  its first conversion to numpy, and rich), and nothing else; one row per tree is the same
+  with the pydantic it parses options with, numpy, pyarrow, rich, and pandas where it is
+  installed, which pyarrow then imports at its first conversion from numpy), and nothing else; one row per tree is the same
   command, for a like-for-like reading of the noise,
 
 for this working tree and, side by side in the same run, for the code of a git revision
@@ -23,6 +23,10 @@ baseline's median.
     python bench/startup.py                       # 30k rows, against 595808a, 7 runs each
     python bench/startup.py --rows 100000 --repeat 5 --against HEAD
     python bench/startup.py --no-baseline         # this tree only
+    # as users run it: an environment with gaca's runtime dependencies only (no pandas,
+    # which the dev extra installs and pyarrow imports whenever it is there: ~0.2 s)
+    python -m venv /tmp/rt && /tmp/rt/bin/pip install -e .   # (torch: see the README)
+    python bench/startup.py --python /tmp/rt/bin/python
 """
 
 from __future__ import annotations
@@ -48,16 +52,19 @@ TARGET_ADVANTAGES_S = 1.0
 TARGET_START_S = 0.3  # `gaca --help` and `gaca inspect`
 EXAMPLE_LOG = ROOT / "examples" / "rollouts.parquet"
 #: what `gaca inspect` cannot start without (see the docstring)
-FLOOR_IMPORTS = "import typer._adapters, numpy, pyarrow.parquet, pyarrow.compute, pandas, rich.console, rich.table"
+FLOOR_IMPORTS = (
+    "import importlib.util, typer._adapters, numpy, pyarrow.parquet, pyarrow.compute, rich.console, rich.table; "
+    "importlib.util.find_spec('pandas') and __import__('pandas')"  # pyarrow loads it when it is installed
+)
 
 
-def wall_time(tree: Path, args: list[str], cwd: Path) -> float:
+def wall_time(tree: Path, args: list[str], cwd: Path, python: str = sys.executable) -> float:
     """Seconds one `python -m gaca_cli ARGS` takes with `tree` first on the import path (`cwd`
     must not hold a gaca_cli: `python -m` puts it first); `args` starting with "-c" run
-    `python -c CODE` instead."""
+    `python -c CODE` instead. `python`: the interpreter (and so the installed libraries)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("GACA_KERNELS", None)  # the path the command chooses itself
-    argv = [sys.executable, *args] if args[:1] == ["-c"] else [sys.executable, "-m", "gaca_cli", *args]
+    argv = [python, *args] if args[:1] == ["-c"] else [python, "-m", "gaca_cli", *args]
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - t0
@@ -73,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", default=DEFAULT_AGAINST, help="git revision to compare with")
     parser.add_argument("--no-baseline", action="store_true", help="time this working tree only")
     parser.add_argument("--data-dir", type=Path, default=synth.DATA_DIR, help="cache of synthetic logs")
+    parser.add_argument(
+        "--python",
+        default=sys.executable,
+        help="interpreter that runs the commands (default: this one); e.g. one of a virtual environment "
+        "with gaca's runtime dependencies only, as `pip install gaca-cli` leaves it (no pandas, no test tools)",
+    )
     args = parser.parse_args(argv)
 
     log = synth.ensure_log(args.rows, data_dir=args.data_dir).resolve()
@@ -96,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[tuple[str, str], list[float]] = {}
         for name, tree in trees.items():  # unmeasured: caches filled, the annotated files written
             example = work / f"{name.split()[0]}-example.parquet"
-            wall_time(tree, ["advantages", str(EXAMPLE_LOG), "--method", "gaca", "-o", str(example)], work)
+            wall_time(tree, ["advantages", str(EXAMPLE_LOG), "--method", "gaca", "-o", str(example)], work, args.python)
             for cmd in commands[name].values():
-                wall_time(tree, cmd, work)
+                wall_time(tree, cmd, work, args.python)
         for _ in range(args.repeat):
             for what in commands["current"]:
                 for name, tree in trees.items():
-                    times.setdefault((name, what), []).append(wall_time(tree, commands[name][what], work))
+                    times.setdefault((name, what), []).append(wall_time(tree, commands[name][what], work, args.python))
 
+    print(f"interpreter: {args.python}")
     print(
         f"start-up benchmark: {args.rows:,} rows ({log.name}), {args.repeat} runs per cell after one unmeasured run,"
         f" {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; wall seconds of `python -m gaca_cli ...`"
