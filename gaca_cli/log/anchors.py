@@ -113,17 +113,18 @@ class PolarsAnchors(Anchors):
 class StreamedAnchors(Anchors):
     """A text anchor column of plain Parquet files, left on disk.
 
-    One pass reads the column in batches of about `BATCH_BYTES` of text (slices of rows,
-    read by pyarrow, which verifies page checksums and reports a damaged page as an error)
-    and hashes each batch with polars (the hash `PolarsAnchors` gives), keeping 8 bytes per
-    row. Given the rows' episode groups first (`expect_groups`), the same pass compares each
-    row with the first row of its group with the same hash (`_FirstRows`), so step grouping
-    needs no second read. Later reads (polars, which skips the pages outside the rows it wants) only read
-    files that pass has read whole, unchanged since (their size and modification time). `equal_rows` compares the pairs whose hashes agree by reading
-    again only the batches that hold them: a pair inside one batch is compared there; for a
-    pair spanning batches, the earlier row's text is copied out of its batch and kept until
-    the batch holding the later row arrives. `values` reads the batches holding the rows
-    asked for. Peak memory: the hashes, one batch, and the kept text of pairs spanning batches.
+    One pass reads the column (pyarrow, which verifies page checksums and reports a damaged
+    page as an error, `PIECE_ROWS` rows at a time, the next read overlapping the work on the
+    last) and hashes it with polars (the hash `PolarsAnchors` gives), keeping 8 bytes per row.
+    Given the rows' episode groups first (`expect_groups`), the same pass compares each row
+    with the first row of its group with the same hash (`_FirstRows`, on batches of about
+    `BATCH_BYTES` of text), so step grouping needs no second read. Other pairs are read again
+    (polars, which skips the pages outside the rows it wants, and only from files that pass
+    has read whole, unchanged since: their size and modification time): `equal_rows` reads
+    only the batches that hold them; a pair inside one batch is compared there; for a pair
+    spanning batches, the earlier row's text is copied out of its batch and kept until the
+    batch holding the later row arrives. `values` reads the batches holding the rows asked
+    for. Peak memory: the hashes, a few batches, and the kept text of pairs spanning batches.
     """
 
     def __init__(
