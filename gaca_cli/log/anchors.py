@@ -203,7 +203,7 @@ class StreamedAnchors(Anchors):
         import polars as pl
 
         hashes = np.empty(self.n_rows, dtype=np.uint64)
-        first_rows = None if self._groups is None else _FirstRows(self._groups, hashes, self._size)
+        first_rows = None if self._groups is None else _FirstRows(self._groups, hashes)
         empty = at = begin = 0  # rows [begin, at) wait in `pending` for first_rows
         pending: list[pl.Series] = []
         for text in _read_ahead(self._verified_pieces()):
@@ -384,7 +384,7 @@ class _FirstRows:
     verdict int8 [N]: 3 the first row of its key, 1 equal to it, 2 different, 0 not compared.
     """
 
-    def __init__(self, groups: np.ndarray, hashes: np.ndarray, batch_rows: int):
+    def __init__(self, groups: np.ndarray, hashes: np.ndarray):
         import polars as pl
 
         self.groups = groups
