@@ -10,8 +10,13 @@ reads the text again from the files for any other pair.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
+import threading
+from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -35,9 +40,11 @@ HASH_SEED = 0  # polars' hashes are stable within one process (and one polars ve
 BATCH_BYTES = 128 * 2**20
 #: wanted rows this far apart are read as separate runs (see `StreamedAnchors._lookup`)
 GAP_ROWS = 65536
-#: rows pyarrow reads at a time in the pass (small reads reuse memory: 1.5-2x faster than
+#: rows pyarrow reads at a time in the pass (small reads reuse memory: 1.2x faster than
 #: reading a whole batch at once)
 PIECE_ROWS = 65536
+#: row groups the pass reads at once, each on a thread of its own
+READ_THREADS = 2
 _VIEW_BYTES = 16  # a polars string view per row, besides the text
 
 
@@ -142,7 +149,8 @@ class StreamedAnchors(Anchors):
         self._stamps = tuple(stamps)
         self.n_rows = int(sum(file_rows))
         per_row = max(1, nbytes // max(1, self.n_rows))
-        size = max(1, (BATCH_BYTES if batch_bytes is None else batch_bytes) // per_row)
+        self._batch_bytes = BATCH_BYTES if batch_bytes is None else batch_bytes
+        size = max(1, self._batch_bytes // per_row)
         self._size = size  # rows per batch (the last batch of each file may be shorter)
         # batches: rows [start[k], start[k + 1]) of the log, inside file batch_file[k]
         starts, files_of = [], []
@@ -206,7 +214,7 @@ class StreamedAnchors(Anchors):
         first_rows = None if self._groups is None else _FirstRows(self._groups, hashes)
         empty = at = begin = 0  # rows [begin, at) wait in `pending` for first_rows
         pending: list[pl.Series] = []
-        for text in _read_ahead(self._verified_pieces()):
+        for text in self._verified_pieces():
             hashes[at : at + len(text)] = text.hash(seed=HASH_SEED).to_numpy()
             empty += int((text.str.len_bytes() == 0).sum())
             at += len(text)
@@ -219,38 +227,49 @@ class StreamedAnchors(Anchors):
         return hashes, empty, first_rows
 
     def _verified_pieces(self) -> Iterator[pl.Series]:
-        """The column's text in row order, in the record batches pyarrow reads (page checksums
-        verified: see gaca_cli.log.io.open_parquet), each as the polars String series `_read`
-        gives. Hashes do not depend on where the pieces split, so the pieces are not re-cut
-        into `_batch_start`'s batches."""
-        import polars as pl
-
-        for f, path in enumerate(self.files):
-            if _stamp(path) != self._stamps[f]:
-                raise GacaError("the input changed while it was being read; run again", file=path)
-            expected = int(self._file_start[f + 1] - self._file_start[f])
-            nulls = read = 0
-            try:
-                with open_parquet(path) as reader:
-                    for batch in reader.iter_batches(batch_size=min(self._size, PIECE_ROWS), columns=[self.column]):
-                        read += batch.num_rows
-                        nulls += batch.column(0).null_count
+        """The column's text in row order, in pieces of at most `PIECE_ROWS` rows as pyarrow
+        reads them (page checksums verified: see gaca_cli.log.io.open_parquet), each as the
+        polars String series `_read` gives. Row groups of at most two batches of text
+        are read `READ_THREADS` at a time, each by a thread with a reader of its own, and
+        handed on in order; a file with a larger one is read piece by piece, the next piece
+        read while the last is worked on. Hashes do not depend on where the pieces split."""
+        per_row = max(1, self.nbytes // max(1, self.n_rows))
+        size = min(self._size, PIECE_ROWS)
+        with _Readers() as readers, ThreadPoolExecutor(READ_THREADS, thread_name_prefix="gaca-anchors") as pool:
+            for f, path in enumerate(self.files):
+                if _stamp(path) != self._stamps[f]:
+                    raise GacaError("the input changed while it was being read; run again", file=path)
+                expected = int(self._file_start[f + 1] - self._file_start[f])
+                nulls = read = 0
+                try:
+                    meta = readers.get(path).metadata
+                    groups = range(meta.num_row_groups)
+                    if all(meta.row_group(k).num_rows * per_row <= 2 * self._batch_bytes for k in groups):
+                        work = functools.partial(_row_group_pieces, readers, path, self.column, size)
+                        pieces: Iterator[_Piece] = itertools.chain.from_iterable(_in_order(pool, work, groups))
+                    else:
+                        pieces = _read_ahead(pool, _pieces(readers.get(path), self.column, size))
+                    for rows, null_count, text in pieces:
+                        read += rows
+                        nulls += null_count
                         if read > expected:  # reported below, before any hash lands out of range
                             break
-                        yield _as_string_series(pl.from_arrow(plain(batch.column(0))))
-            except READ_ERRORS as exc:
-                raise GacaError(
-                    f"not a readable Parquet file ({_first_line(exc)})", file=path, column=self.column
-                ) from None
-            if _stamp(path) != self._stamps[f]:
-                raise GacaError("the input changed while it was being read; run again", file=path)
-            # the not-null check took the footer's count: pages that disagree are damaged
-            recorded = statistics_null_count(path, self.column)
-            problem = f"its pages hold {read} rows, its footer says {expected}" if read != expected else None
-            if problem is None and recorded is not None and recorded != nulls:
-                problem = f"its pages hold {nulls} nulls, its footer's statistics say {recorded}"
-            if problem is not None:
-                raise GacaError(f"not a readable Parquet file ({problem})", file=path, column=self.column)
+                        yield text
+                    else:  # every read of the file is done: its readers can go
+                        readers.close(path)
+                except READ_ERRORS as exc:
+                    raise GacaError(
+                        f"not a readable Parquet file ({_first_line(exc)})", file=path, column=self.column
+                    ) from None
+                if _stamp(path) != self._stamps[f]:
+                    raise GacaError("the input changed while it was being read; run again", file=path)
+                # the not-null check took the footer's count: pages that disagree are damaged
+                recorded = statistics_null_count(path, self.column)
+                problem = f"its pages hold {read} rows, its footer says {expected}" if read != expected else None
+                if problem is None and recorded is not None and recorded != nulls:
+                    problem = f"its pages hold {nulls} nulls, its footer's statistics say {recorded}"
+                if problem is not None:
+                    raise GacaError(f"not a readable Parquet file ({problem})", file=path, column=self.column)
 
     def equal_rows(self, rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
         a, b = self._rows(rows_a), self._rows(rows_b)
@@ -442,16 +461,73 @@ class _FirstRows:
         return known, v[a] == 1
 
 
-def _read_ahead(items: Iterator[pl.Series]) -> Iterator[pl.Series]:
-    """The items of `items`, each next one read by a thread while the caller works on the one
-    before (pyarrow reads without the GIL, so reading and hashing share the cores)."""
-    from concurrent.futures import ThreadPoolExecutor
+class _Readers:
+    """Readers of Parquet files (page checksums verified: `open_parquet`), one per thread and
+    file, as a pyarrow reader is not to be used by two threads at once."""
 
-    with ThreadPoolExecutor(1, thread_name_prefix="gaca-anchors") as pool:
+    def __init__(self) -> None:
+        self._open: dict[tuple[int, str], pq.ParquetFile] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: str) -> pq.ParquetFile:
+        key = (threading.get_ident(), path)
+        with self._lock:
+            reader = self._open.get(key)
+        if reader is None:
+            reader = open_parquet(path)
+            with self._lock:
+                self._open[key] = reader
+        return reader
+
+    def close(self, path: str | None = None) -> None:
+        """Close the readers of `path` (default: all); no thread may be reading it."""
+        with self._lock:
+            keys = [key for key in self._open if path is None or key[1] == path]
+            readers = [self._open.pop(key) for key in keys]
+        for reader in readers:
+            reader.close()
+
+    def __enter__(self) -> _Readers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_Piece = tuple[int, int, "pl.Series"]  # rows, nulls, text
+
+
+def _pieces(reader: pq.ParquetFile, column: str, size: int, row_groups: list[int] | None = None) -> Iterator[_Piece]:
+    """The column's text in `reader`'s row groups (default: all), `size` rows at a time."""
+    import polars as pl
+
+    for batch in reader.iter_batches(batch_size=size, columns=[column], row_groups=row_groups):
+        text = _as_string_series(pl.from_arrow(plain(batch.column(0))))
+        yield batch.num_rows, batch.column(0).null_count, text
+
+
+def _row_group_pieces(readers: _Readers, path: str, column: str, size: int, k: int) -> list[_Piece]:
+    """Row group k of `path`, read whole by the calling thread's reader."""
+    return list(_pieces(readers.get(path), column, size, [k]))
+
+
+def _in_order(pool: ThreadPoolExecutor, work: Callable[[int], list[_Piece]], items: range) -> Iterator[list[_Piece]]:
+    """work(item) for each of `items`, in order, at most `READ_THREADS` of them running at once."""
+    ahead = iter(items)
+    running = deque(pool.submit(work, k) for k in itertools.islice(ahead, READ_THREADS))
+    while running:
+        done = running.popleft().result()
+        running.extend(pool.submit(work, k) for k in itertools.islice(ahead, 1))
+        yield done
+
+
+def _read_ahead(pool: ThreadPoolExecutor, items: Iterator[_Piece]) -> Iterator[_Piece]:
+    """The items of `items`, each next one read by the pool while the caller works on the one
+    before (pyarrow reads without the GIL, so reading and hashing share the cores)."""
+    ahead = pool.submit(next, items, None)
+    while (item := ahead.result()) is not None:
         ahead = pool.submit(next, items, None)
-        while (item := ahead.result()) is not None:
-            ahead = pool.submit(next, items, None)
-            yield item
+        yield item
 
 
 def _as_string_series(text: object) -> pl.Series:
