@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,9 @@ from gaca_cli.log.io import READ_ERRORS, Log, _first_line, _polars_reads, open_p
 
 if TYPE_CHECKING:
     import polars as pl
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 HASH_SEED = 0  # polars' hashes are stable within one process (and one polars version)
@@ -138,7 +141,7 @@ class StreamedAnchors(Anchors):
         self,
         files: Sequence[str],
         column: str,
-        file_rows: Sequence[int],
+        row_groups: Sequence[Sequence[int]],
         nbytes: int,
         stamps: Sequence[tuple[int, int] | None],
         batch_bytes: int | None = None,
@@ -147,6 +150,8 @@ class StreamedAnchors(Anchors):
         self.column = column  # the name in the files
         self.nbytes = nbytes  # the column in memory as polars holds it (estimated from the footers)
         self._stamps = tuple(stamps)
+        self._row_groups = tuple(tuple(int(n) for n in rows) for rows in row_groups)  # rows of each, per file
+        file_rows = [sum(rows) for rows in self._row_groups]
         self.n_rows = int(sum(file_rows))
         per_row = max(1, nbytes // max(1, self.n_rows))
         self._batch_bytes = BATCH_BYTES if batch_bytes is None else batch_bytes
@@ -172,7 +177,7 @@ class StreamedAnchors(Anchors):
         """The column `column` (its name in the files) of plain Parquet files, from their
         footers; None when a file lacks it, it is not text, or polars cannot read a file
         (then it is read whole, the ordinary way)."""
-        file_rows, nbytes, stamps = [], 0, []
+        row_groups, nbytes, stamps = [], 0, []
         for path in files:
             stamps.append(_stamp(path))
             meta = pq.read_metadata(path)
@@ -184,10 +189,10 @@ class StreamedAnchors(Anchors):
             if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
                 return None
             leaf = next(i for i in range(meta.num_columns) if meta.schema.column(i).path == column)
-            file_rows.append(meta.num_rows)
+            row_groups.append([meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
             nbytes += _VIEW_BYTES * meta.num_rows
             nbytes += sum(meta.row_group(g).column(leaf).total_uncompressed_size for g in range(meta.num_row_groups))
-        return cls([str(p) for p in files], column, file_rows, nbytes, stamps, batch_bytes)
+        return cls([str(p) for p in files], column, row_groups, nbytes, stamps, batch_bytes)
 
     def file_hashes(self) -> np.ndarray:
         return self._first_pass[0]
@@ -229,24 +234,28 @@ class StreamedAnchors(Anchors):
     def _verified_pieces(self) -> Iterator[pl.Series]:
         """The column's text in row order, in pieces of at most `PIECE_ROWS` rows as pyarrow
         reads them (page checksums verified: see gaca_cli.log.io.open_parquet), each as the
-        polars String series `_read` gives. Row groups of at most two batches of text
-        are read `READ_THREADS` at a time, each by a thread with a reader of its own, and
-        handed on in order; a file with a larger one is read piece by piece, the next piece
-        read while the last is worked on. Hashes do not depend on where the pieces split."""
+        polars String series `_read` gives. When no row group holds more than two batches of
+        text, row groups (of all the files, in order) are read `READ_THREADS` at a time, each
+        by a thread with a reader of its own, and handed on in order; otherwise the files are
+        read piece by piece, the next piece read while the last is worked on. Hashes do not
+        depend on where the pieces split."""
         per_row = max(1, self.nbytes // max(1, self.n_rows))
         size = min(self._size, PIECE_ROWS)
+        whole = all(n * per_row <= 2 * self._batch_bytes for rows in self._row_groups for n in rows)
         with _Readers() as readers, ThreadPoolExecutor(READ_THREADS, thread_name_prefix="gaca-anchors") as pool:
+            units = [(path, k) for path, rows in zip(self.files, self._row_groups) for k in range(len(rows))]
+            work = functools.partial(_row_group_pieces, readers, self.column, size)
+            groups = _in_order(pool, work, units) if whole else iter(())
             for f, path in enumerate(self.files):
                 if _stamp(path) != self._stamps[f]:
                     raise GacaError("the input changed while it was being read; run again", file=path)
                 expected = int(self._file_start[f + 1] - self._file_start[f])
                 nulls = read = 0
                 try:
-                    meta = readers.get(path).metadata
-                    groups = range(meta.num_row_groups)
-                    if all(meta.row_group(k).num_rows * per_row <= 2 * self._batch_bytes for k in groups):
-                        work = functools.partial(_row_group_pieces, readers, path, self.column, size)
-                        pieces: Iterator[_Piece] = itertools.chain.from_iterable(_in_order(pool, work, groups))
+                    if whole:
+                        pieces: Iterator[_Piece] = itertools.chain.from_iterable(
+                            next(groups) for _ in self._row_groups[f]
+                        )
                     else:
                         pieces = _read_ahead(pool, _pieces(readers.get(path), self.column, size))
                     for rows, null_count, text in pieces:
@@ -255,8 +264,9 @@ class StreamedAnchors(Anchors):
                         if read > expected:  # reported below, before any hash lands out of range
                             break
                         yield text
-                    else:  # every read of the file is done: its readers can go
-                        readers.close(path)
+                    else:  # every read of the file is done (and none to come): its readers can go
+                        if path not in self.files[f + 1 :]:
+                            readers.close(path)
                 except READ_ERRORS as exc:
                     raise GacaError(
                         f"not a readable Parquet file ({_first_line(exc)})", file=path, column=self.column
@@ -506,13 +516,15 @@ def _pieces(reader: pq.ParquetFile, column: str, size: int, row_groups: list[int
         yield batch.num_rows, batch.column(0).null_count, text
 
 
-def _row_group_pieces(readers: _Readers, path: str, column: str, size: int, k: int) -> list[_Piece]:
-    """Row group k of `path`, read whole by the calling thread's reader."""
+def _row_group_pieces(readers: _Readers, column: str, size: int, unit: tuple[str, int]) -> list[_Piece]:
+    """Row group k of `path` (unit: (path, k)), read whole by the calling thread's reader."""
+    path, k = unit
     return list(_pieces(readers.get(path), column, size, [k]))
 
 
-def _in_order(pool: ThreadPoolExecutor, work: Callable[[int], list[_Piece]], items: range) -> Iterator[list[_Piece]]:
-    """work(item) for each of `items`, in order, at most `READ_THREADS` of them running at once."""
+def _in_order(pool: ThreadPoolExecutor, work: Callable[[T], U], items: Sequence[T]) -> Iterator[U]:
+    """work(item) for each of `items`, in order, at most `READ_THREADS` of them running at
+    once; nothing is started before the first result is asked for."""
     ahead = iter(items)
     running = deque(pool.submit(work, k) for k in itertools.islice(ahead, READ_THREADS))
     while running:

@@ -379,22 +379,27 @@ def test_groups_whose_mixed_keys_clash(tmp_path, monkeypatch):
 
 
 def test_row_groups_read_two_at_a_time_or_piece_by_piece(tmp_path, monkeypatch):
-    """Files of small row groups are read two row groups at a time (each by a thread with a
-    reader of its own), a file with a row group larger than two batches piece by piece; in
-    both, in row order, with every file's rows and nulls checked."""
+    """When no row group holds more than two batches, the row groups of all the files are read
+    two at a time (each by a thread with a reader of its own), across file boundaries;
+    otherwise each file is read piece by piece. Both in row order, with every file's rows and
+    nulls checked, and the same hashes."""
     ways: list[str] = []
     for name in ("_in_order", "_read_ahead"):
         real = getattr(anchors_module, name)
         monkeypatch.setattr(anchors_module, name, lambda *a, _real=real, _name=name: ways.append(_name) or _real(*a))
-    parts = [texts(900, seed=s) for s in range(2)]
+    parts = [texts(900, seed=s) for s in range(3)]
     paths = [
         write(tmp_path / "small.parquet", parts[0], row_group_size=50),
-        write(tmp_path / "large.parquet", parts[1], row_group_size=900),
+        write(tmp_path / "one.parquet", parts[1][:30], row_group_size=50),
+        write(tmp_path / "empty.parquet", []),
+        write(tmp_path / "large.parquet", parts[2], row_group_size=900),
     ]
-    anchors = StreamedAnchors.from_files(paths, COL, batch_bytes=8000)
-    check(anchors, parts[0] + parts[1], seed=5)
-    assert ways == ["_in_order", "_read_ahead"]
+    values = parts[0] + parts[1][:30] + parts[2]
+    pieces = StreamedAnchors.from_files(paths, COL, batch_bytes=8000)
+    check(pieces, values, seed=5)
+    assert ways == ["_read_ahead"] * 4
     ways.clear()
     whole = StreamedAnchors.from_files(paths, COL, batch_bytes=1 << 40)
-    np.testing.assert_array_equal(whole.file_hashes(), anchors.file_hashes())
-    assert ways == ["_in_order", "_in_order"]
+    check(whole, values, seed=6)
+    np.testing.assert_array_equal(whole.file_hashes(), pieces.file_hashes())
+    assert ways == ["_in_order"]
