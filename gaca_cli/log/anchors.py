@@ -124,11 +124,12 @@ class StreamedAnchors(Anchors):
     """A text anchor column of plain Parquet files, left on disk.
 
     One pass reads the column (pyarrow, which verifies page checksums and reports a damaged
-    page as an error, `PIECE_ROWS` rows at a time, the next read overlapping the work on the
-    last) and hashes it with polars (the hash `PolarsAnchors` gives), keeping 8 bytes per row.
-    Given the rows' episode groups first (`expect_groups`), the same pass compares each row
-    with the first row of its group with the same hash (`_FirstRows`, on batches of about
-    `BATCH_BYTES` of text), so step grouping needs no second read. Other pairs are read again
+    page as an error; two row groups at a time on threads of their own, overlapping the work
+    on what was read: see `_verified_pieces`) and hashes it with polars (the hash
+    `PolarsAnchors` gives), keeping 8 bytes per row. Given the rows' episode groups first
+    (`expect_groups`), the same pass compares each row with the first row of its group with
+    the same hash (`_FirstRows`, on batches of about `BATCH_BYTES` of text), so step grouping
+    needs no second read. Other pairs are read again
     (polars, which skips the pages outside the rows it wants, and only from files that pass
     has read whole, unchanged since: their size and modification time): `equal_rows` reads
     only the batches that hold them; a pair inside one batch is compared there; for a pair
