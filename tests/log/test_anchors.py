@@ -403,3 +403,25 @@ def test_row_groups_read_two_at_a_time_or_piece_by_piece(tmp_path, monkeypatch):
     check(whole, values, seed=6)
     np.testing.assert_array_equal(whole.file_hashes(), pieces.file_hashes())
     assert ways == ["_in_order"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_the_pass_closes_each_file_once_read(tmp_path, monkeypatch):
+    """Many files: each file's readers close once its rows are read, so open files stay few."""
+    values = texts(40 * 30, seed=8)
+    paths = [write(tmp_path / f"{i:02}.parquet", values[i * 30 : (i + 1) * 30], row_group_size=10) for i in range(40)]
+    peak: list[int] = []
+    real = anchors_module._Readers.get
+
+    def counted(self, path):
+        peak.append(len(os.listdir("/proc/self/fd")))
+        return real(self, path)
+
+    check(StreamedAnchors.from_files(paths, COL), values, seed=9)  # polars' and pyarrow's threads started
+    monkeypatch.setattr(anchors_module._Readers, "get", counted)
+    before = len(os.listdir("/proc/self/fd"))
+    for batch_bytes in (1 << 40, 200):  # two row groups at a time; piece by piece
+        anchors = StreamedAnchors.from_files(paths, COL, batch_bytes=batch_bytes)
+        anchors.file_hashes()
+        assert len(os.listdir("/proc/self/fd")) == before
+    assert max(peak) <= before + 8
