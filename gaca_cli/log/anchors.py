@@ -426,7 +426,6 @@ class _FirstRows:
         self.last_row[last["g"].to_numpy()] = last["row"].to_numpy()
         self.live = pl.DataFrame(schema={"key": pl.UInt64, "g": pl.Int64, "ref": pl.Int64})
         self.kept: list[tuple[int, pl.Series]] = []  # (first row, text) of the batches kept
-        self.keep_batches = KEEP_BATCHES
 
     def add(self, start: int, text: pl.Series) -> None:
         """Compare the rows of the batch starting at file row `start` (their hashes already in
@@ -456,9 +455,9 @@ class _FirstRows:
         self.live = both.filter(pl.Series((first == refs) & (self.last_row[groups] >= stop)))
         refs = self.live["ref"].to_numpy()
         self.kept = [(b, kept) for b, kept in self.kept if ((refs >= b) & (refs < b + len(kept))).any()]
-        if len(self.kept) > self.keep_batches:  # the oldest batches go; their keys stay known
-            cut = self.kept[-self.keep_batches][0]
-            self.kept = self.kept[-self.keep_batches :]
+        if len(self.kept) > KEEP_BATCHES:  # the oldest batches go; their keys stay known
+            cut = self.kept[-KEEP_BATCHES][0]
+            self.kept = self.kept[-KEEP_BATCHES:]
             self.live = self.live.with_columns(
                 pl.when(pl.col("ref") < cut).then(-1).otherwise(pl.col("ref")).alias("ref")
             )
