@@ -87,71 +87,14 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
 
 
 def sort_order(values: pa.Array) -> np.ndarray:
-    """Stable argsort of `values`: strings and binaries by their bytes (for UTF-8, code point
-    order), anything else as pyarrow sorts it. int64 [len(values)]. See `sorted_distinct`."""
+    """Stable argsort of `values` by pyarrow: strings and binaries by their bytes (for UTF-8,
+    code point order), integers numerically. int64 [len(values)]. See `sorted_distinct`."""
     return sorted_distinct(values)[0]
 
 
 def sorted_distinct(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """`sort_order` of `values` and, along it, which values differ from the one before (the
-    first of each run of equal values). Returns (order int64 [K], first bool [K]).
-
-    Text is sorted most significant bytes first, 8 at a time: the values still tied are
-    re-sorted by their next 8 bytes (big-endian, zero padded, shorter first on equal words),
-    so ids that differ early (uuids, hashes) cost one pass over a small key, not a string sort;
-    values still tied when they end are equal. A prefix shared by every value is skipped; when
-    most values are still tied after a pass, the values are sorted as text instead."""
-    t = values.type
-    k = len(values)
-    if not (
-        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
-    ):
-        return _sorted_by_pyarrow(values)
-    text = values.cast(pa.large_binary())
-    order = np.arange(k, dtype=np.int64)
-    first = np.zeros(k, dtype=bool)
-    if k < 2:
-        first[:] = True
-        return order, first
-    _, offsets_buffer, data_buffer = text.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[text.offset : text.offset + k + 1]
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
-    padded = np.concatenate([data, np.zeros(8, dtype=np.uint8)])
-    start, length = offsets[:-1], np.diff(offsets)
-    lanes = np.arange(8, dtype=np.int64)
-    active = np.arange(k, dtype=np.int64)  # positions of `order` still tied with a neighbour
-    tie = np.zeros(k, dtype=np.int64)  # the tie group of each active position (non-decreasing)
-    depth = 0
-    shortest = int(length.min())
-    while depth + 8 <= shortest:  # skip a prefix every value shares ("run-2026-11-30-…")
-        word = padded[(start + depth)[:, None] + lanes].view(">u8").ravel()
-        if not np.all(word == word[0]):
-            break
-        depth += 8
-    while len(active):
-        items = order[active]
-        remaining = length[items] - depth
-        chunk = padded[np.minimum((start[items] + depth)[:, None] + lanes, len(data))]
-        chunk[lanes >= remaining[:, None]] = 0
-        word = chunk.view(">u8").ravel()
-        ends = np.minimum(remaining, 9)  # ≤ 8: the value ends in this word (a prefix sorts first)
-        by = np.lexsort((ends, word, tie))  # stable; keeps every tie group in its positions
-        items, word, ends, tie = items[by], word[by], ends[by], tie[by]
-        order[active] = items
-        new = np.ones(len(items), dtype=bool)
-        new[1:] = (tie[1:] != tie[:-1]) | (word[1:] != word[:-1]) | (ends[1:] != ends[:-1])
-        first[active] = new  # a tie group's first position follows a smaller value
-        tie = np.cumsum(new) - 1
-        still = (np.bincount(tie)[tie] > 1) & (ends == 9)
-        active, tie = active[still], tie[still]
-        depth += 8
-        if 2 * len(active) > k:  # structured ids ("worker-03-traj-0000123"): sort them as text
-            return _sorted_by_pyarrow(text)
-    return order, first
-
-
-def _sorted_by_pyarrow(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """`sorted_distinct` by pyarrow's stable sort, equal neighbours found by comparing them."""
+    first of each run of equal values). Returns (order int64 [K], first bool [K])."""
     order = pc.sort_indices(values).to_numpy().astype(np.int64, copy=False)
     first = np.ones(len(order), dtype=bool)
     if len(order) > 1:
