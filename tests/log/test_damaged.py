@@ -165,9 +165,21 @@ def test_damaged_file(tmp_path, sources, damaged_file, capfd, writer, column, ho
 
 
 STREAMED = ["page-header", "values", "short-read", "null-levels"]
+STREAMED_WRITERS = ["delta-text", "pyarrow"]
 
 
-@pytest.mark.parametrize("writer", ["delta-text", "pyarrow"])
+@pytest.mark.parametrize("how", DAMAGES)
+def test_every_damage_is_made(damaged_file, how):
+    """The corpus does not shrink unseen: each damage is made in some file and column (the
+    cases above skip the combinations that have no part to damage that way), and in the
+    anchor column of a file the left-on-disk cases below run on."""
+    made = [(w, c) for w in WRITERS for c in COLUMNS if damaged_file(w, c, how) is not None]
+    assert made, f"no file of the corpus can be damaged as {how!r}"
+    if how in STREAMED:
+        assert any(c == "anchor_obs" and w in STREAMED_WRITERS for w, c in made), how
+
+
+@pytest.mark.parametrize("writer", STREAMED_WRITERS)
 @pytest.mark.parametrize("how", STREAMED)
 def test_damaged_anchors_left_on_disk(tmp_path, damaged_file, capfd, monkeypatch, writer, how):
     """The same rule when the anchor column is left on disk (gaca_cli.log.anchors.
