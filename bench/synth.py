@@ -19,7 +19,7 @@ The shape follows a verl-agent style training run on a text environment:
 Everything is built with numpy / pyarrow kernels (no per-row Python), in batches, and written
 with zstd. `ensure_log(rows)` caches the file under bench/data/ (git-ignored).
 
-    python bench/synth.py --rows 1000000            # writes bench/data/synth-1000000-s0.parquet
+    python bench/synth.py --rows 1000000            # writes bench/data/synth-v1-1000000-s0.parquet
 """
 
 from __future__ import annotations
