@@ -85,12 +85,23 @@ def _floats(log: Log, name: str) -> np.ndarray:
     return log.table.column(name).cast(pa.float64()).to_numpy()
 
 
+def nll_values(log: Log, name: str) -> np.ndarray:
+    """The NLL column `name` (nll_mean or nll_sum) as float64 [N] in file order, NaN where the
+    step has no action tokens: a null value, and for nll_sum also a null nll_mean (gaca score
+    writes nll_sum 0 for an empty action, and nll_mean null)."""
+    u = _floats(log, name)
+    if name == C.NLL_SUM and C.NLL_MEAN in log.table.column_names:
+        empty = log.table.column(C.NLL_MEAN).is_null().to_numpy(zero_copy_only=False)
+        u = np.where(empty, np.nan, u)
+    return u
+
+
 def criticality(log: Log, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
     """u_t per row, in file order (NaN = no action tokens), and the column it came from."""
     table = log.table
     wanted = C.NLL_MEAN if config.nll_reduce == "mean" else C.NLL_SUM
     if wanted in table.column_names:
-        return _floats(log, wanted), wanted
+        return nll_values(log, wanted), wanted
     has_nll = C.NLL_MEAN in table.column_names or C.NLL_SUM in table.column_names
     if not has_nll and C.BEHAVIOR_LOGPROBS in table.column_names:
         lists = plain(table.column(C.BEHAVIOR_LOGPROBS))

@@ -165,14 +165,15 @@ def _method_from_column(log: Log) -> str | None:
 
 def _criticality(log: Log, index: TrajectoryIndex, nll_reduce: str) -> tuple[np.ndarray | None, str | None, str | None]:
     """u_t as gaca reads it (the file's nll_reduce), its source column and its unit."""
+    from gaca_cli.advantages.run import criticality, nll_values
+
     names = set(log.table.column_names)
     preferred = C.NLL_MEAN if nll_reduce == "mean" else C.NLL_SUM
     for name in (preferred, C.NLL_MEAN, C.NLL_SUM):
         if name in names:
-            return _float_sorted(log, index, name), name, "nats/token" if name == C.NLL_MEAN else "nats"
+            u = index.in_step_order(nll_values(log, name))
+            return u, name, "nats/token" if name == C.NLL_MEAN else "nats"
     if C.BEHAVIOR_LOGPROBS in names:
-        from gaca_cli.advantages.run import criticality
-
         u, source = criticality(log, AdvantagesConfig(nll_reduce=nll_reduce))  # file order
         return u[index.order], source, "nats/token" if nll_reduce == "mean" else "nats"
     return None, None, None

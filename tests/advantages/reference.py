@@ -140,9 +140,12 @@ def cluster_anchors(anchors: list[str], theta: float) -> dict[str, int]:
 
 
 def _criticality(row: dict, columns: set, reduce: str):
-    """u_t of one row, or None when the step has no action tokens."""
+    """u_t of one row, or None when the step has no action tokens (a null nll_mean: gaca score
+    writes nll_sum 0 for such a step)."""
     wanted = "nll_mean" if reduce == "mean" else "nll_sum"
     if wanted in columns:
+        if "nll_mean" in columns and row.get("nll_mean") is None:
+            return None
         value = row.get(wanted)
         return None if value is None or math.isnan(value) else float(value)
     if "nll_mean" not in columns and "nll_sum" not in columns and "behavior_logprobs" in columns:
@@ -355,8 +358,8 @@ def random_rows(
                     row["episode_reward"] = ep_value
                 if criticality == "nll":
                     kind = rng.random()
-                    if kind < 0.1:
-                        row["nll_mean"], row["nll_sum"] = None, None
+                    if kind < 0.1:  # no action tokens: nll_sum 0 as gaca score writes it, or null
+                        row["nll_mean"], row["nll_sum"] = None, rng.choice([None, 0.0])
                     else:
                         n_tokens = rng.randint(1, 20)
                         mean = rng.choice(tied_u) if kind < 0.35 else rng.uniform(0.0, 4.0)

@@ -344,6 +344,22 @@ def test_behavior_logprobs_criticality(reduce, scope):
             assert fast["nll_z"][i] == 0.0
 
 
+def test_empty_actions_leave_the_sum_statistics_alone():
+    """With --nll-reduce sum, a step with no action tokens as gaca score writes it (nll_sum 0,
+    nll_mean null) is left out like a null: z = -1, 0, +1 for nll_sum 4, (0), 8, and
+    λ = λ̄ + β·z = 0.4, 0.5, 0.6."""
+    rows = [
+        {"group_id": 0, "traj_id": t, "step_idx": s, "reward": float(s), "anchor_obs": f"s{s}"}
+        for t in ("a", "b")
+        for s in range(3)
+    ]
+    for row, nll_sum, nll_mean in zip(rows, [4.0, 0.0, 8.0] * 2, [2.0, None, 4.0] * 2):
+        row["nll_sum"], row["nll_mean"] = nll_sum, nll_mean
+    ref, fast = assert_matches(rows, {"method": "gaca", "nll_reduce": "sum"})
+    np.testing.assert_allclose(fast["nll_z"], [-1.0, 0.0, 1.0] * 2, rtol=1e-12)
+    np.testing.assert_allclose(fast["gaca_weight"], [0.4, 0.5, 0.6] * 2, rtol=1e-12)
+
+
 def test_null_nll_rows_leave_the_statistics_alone():
     """A null nll_mean gets z = 0 and is not counted: the other rows' z is what it would be
     without that row (compared with the same log minus that row, the last step of its

@@ -274,7 +274,8 @@ def scope_of(row, scope):
 
 
 def u_of(row, reduce):
-    return row["nll_mean"] if reduce == "mean" else row["nll_sum"]
+    """u_t, None for a step without action tokens (null nll_mean; its nll_sum may be 0)."""
+    return None if row["nll_mean"] is None else row["nll_mean"] if reduce == "mean" else row["nll_sum"]
 
 
 @pytest.mark.parametrize("scope", ["trajectory", "group", "batch"])

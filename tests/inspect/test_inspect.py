@@ -208,6 +208,23 @@ def test_top_within_one_trajectory(gaca):
     assert nll == sorted(nll, reverse=True)
 
 
+def test_top_by_nll_sum_skips_empty_actions(tmp_path):
+    """With nll_reduce sum, a step without action tokens as gaca score writes it (nll_sum 0,
+    nll_mean null) has no NLL: it is not among the lowest steps by NLL."""
+    rows = [
+        {"group_id": "g", "traj_id": t, "step_idx": s, "reward": float(s), "anchor_obs": f"s{s}"}
+        for t in ("a", "b")
+        for s in range(3)
+    ]
+    for row, nll_sum, nll_mean in zip(rows, [4.0, 0.0, 8.0] * 2, [2.0, None, 4.0] * 2):
+        row["nll_sum"], row["nll_mean"] = nll_sum, nll_mean
+    src = tmp_path / "scored.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), src)
+    annotated = load_annotated([annotate_file(src, tmp_path / "gaca.parquet", method="gaca", nll_reduce="sum")])
+    view = build_view(annotated, InspectConfig(top=6, by="nll", lowest=True))
+    assert [(s["step"], s["nll"]) for s in view["rows"]] == [(0, 4.0), (0, 4.0), (2, 8.0), (2, 8.0)]
+
+
 def test_top_by_weight_needs_a_gaca_file(files):
     with pytest.raises(GacaError, match="--method gaca.*this file's method: gigpo"):
         build_view(load_annotated([files["gigpo"]]), InspectConfig(top=3, by="weight"))
