@@ -121,11 +121,17 @@ class AdvantagesConfig:
         if not (math.isfinite(self.beta) and self.beta >= 0.0):
             bad("beta", self.beta, "a finite value ≥ 0 (0 reproduces gigpo)")
         if not (0.0 <= self.lambda_min <= self.lambda_max <= 1.0):
-            name = "lambda_max" if not self.lambda_max <= 1.0 else "lambda_min"  # the option to change
+            # the option to change: the one out of [0, 1], else the one moved from its default
+            if not 0.0 <= self.lambda_min <= 1.0:
+                name = "lambda_min"
+            elif not 0.0 <= self.lambda_max <= 1.0:
+                name = "lambda_max"
+            else:
+                name = "lambda_max" if self.lambda_max != 1.0 else "lambda_min"
             bad(name, (self.lambda_min, self.lambda_max), "0 ≤ lambda_min ≤ lambda_max ≤ 1 (given as (min, max))")
         if self.method == "gaca" and not (self.lambda_min <= self.lambda_bar <= self.lambda_max):
             bad(
-                "lambda_min",
+                "lambda_max" if self.lambda_bar > self.lambda_max else "lambda_min",
                 (self.lambda_min, self.lambda_max),
                 f"bounds around λ̄ = ω/(1+ω) = {self.lambda_bar:.4g} (the weight of steps without a step signal)",
             )

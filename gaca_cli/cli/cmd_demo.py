@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import JsonOption, err_console, print_json, user_errors
+from gaca_cli.cli.common import JsonOption, check_output, err_console, print_json, user_errors
 from gaca_cli.cli.options import ConfigOptions, config_options
 from gaca_cli.demo.run import DemoConfig
 
@@ -34,6 +34,8 @@ def demo(
     Example: gaca demo --out runs/demo
     """
     config = options.build(out=out or Path("."))  # validated before a directory is made
+    if out is not None:
+        check_output(out, directory=True, flag="--out")
     if out is None:
         import tempfile
 

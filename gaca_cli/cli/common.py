@@ -69,13 +69,14 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Pat
     return output
 
 
-def check_output(output: Path, directory: bool = False) -> None:
-    """Refuse, before any work, an output that cannot be written: one `Error:` line, exit 1."""
+def check_output(output: Path, directory: bool = False, flag: str = "-o") -> None:
+    """Refuse, before any work, an output (given with `flag`) that cannot be written: one
+    `Error:` line, exit 1."""
     from gaca_cli.log.io import unwritable_reason
 
     reason = unwritable_reason(output, directory)
     if reason is not None:
-        typer.echo(f"Error: -o {output}: {reason}; choose another -o", err=True)
+        typer.echo(f"Error: {flag} {output}: {reason}; choose another {flag}", err=True)
         raise typer.Exit(1)
 
 

@@ -66,6 +66,8 @@ class DemoConfig:
             raise ConfigError(
                 "methods", f"methods = {','.join(self.methods)!r} is not valid; use names from {', '.join(METHODS)}"
             )
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError("seed", f"seed = {self.seed!r} is not valid; use an integer in [0, 2**32)")
         if not self.lr > 0:
             raise ConfigError("lr", f"lr = {self.lr!r} is not valid; use a learning rate > 0, e.g. 2e-4")
 

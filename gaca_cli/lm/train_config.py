@@ -163,6 +163,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= low):
                 bad(name, value, f"an integer ≥ {low}")
+        if not (isinstance(self.seed, int) and 0 <= self.seed < 2**32):
+            bad("seed", self.seed, "an integer in [0, 2**32)")
         if self.max_steps is not None and not (isinstance(self.max_steps, int) and self.max_steps >= 1):
             bad("max_steps", self.max_steps, "an integer ≥ 1, or leave it unset to train for --epochs")
         if self.max_length is not None and not (isinstance(self.max_length, int) and self.max_length >= 2):

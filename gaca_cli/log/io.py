@@ -662,11 +662,19 @@ def atomic_path(out: str | os.PathLike) -> Iterator[str]:
     loss, a Ctrl-C in the instant it was created) is removed by the next run writing the same
     `out` (`remove_stale_temporaries`); one whose process still runs is left alone."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(out)
+    if out.exists() and not out.is_file():  # a directory, a device (/dev/null), a pipe: never replaced
+        raise GacaError(f"{out} exists and is not a regular file, so it is not replaced")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(out)
+    except OSError as exc:
+        raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(out)}{os.getpid()}.", suffix=".tmp", dir=out.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(out)}{os.getpid()}.", suffix=".tmp", dir=out.parent)
+        except OSError as exc:
+            raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
         os.close(fd)
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual mode
@@ -790,6 +798,8 @@ def unwritable_reason(out: str | os.PathLike, directory: bool = False) -> str | 
             return f"{out} is a file, not a directory"
         if not directory and path.is_dir():
             return f"{out} is a directory, not a file"
+        if not directory and not path.is_file():
+            return f"{out} is not a regular file (a device or a pipe is never replaced)"
     ancestor = path if (directory and path.is_dir()) else path.parent
     while not ancestor.exists():
         ancestor = ancestor.parent

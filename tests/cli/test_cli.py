@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,11 +172,11 @@ def test_a_bug_exits_3_with_its_traceback_and_data_errors_exit_1(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["advantages", "score", "train-offline"])
-@pytest.mark.parametrize("where", ["existing-directory", "under-a-file", "read-only-directory"])
+@pytest.mark.parametrize("where", ["existing-directory", "under-a-file", "read-only-directory", "fifo"])
 def test_an_unwritable_output_is_one_error_line_before_any_work(command, where, tmp_path, tiny_llama):
     """-o naming an existing directory (a file, for train-offline), a path under a regular file,
-    or a read-only directory: one Error line naming -o, exit 1, before the model is loaded or
-    anything is read, and nothing is written."""
+    a read-only directory or a FIFO (as /dev/null is a device: never replaced): one Error line
+    naming -o, exit 1, before the model is loaded or anything is read, and nothing is written."""
     import os
     import stat
 
@@ -188,6 +189,9 @@ def test_an_unwritable_output_is_one_error_line_before_any_work(command, where, 
             out.write_text("a file where the run's directory should go")
         else:
             out.mkdir()
+    elif where == "fifo":
+        out = tmp_path / "pipe"
+        os.mkfifo(out)
     elif where == "under-a-file":
         blocker.write_text("a regular file")
         out = blocker / "sub" / "out.parquet"
@@ -208,3 +212,15 @@ def test_an_unwritable_output_is_one_error_line_before_any_work(command, where, 
     assert len(lines) == 1 and lines[0].startswith("Error: -o"), res.stderr
     assert "no-such-model" not in lines[0]
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_demo_out_naming_a_file_is_one_error_line(tmp_path):
+    """--out must be a directory that can be made: a file there is refused before any work,
+    with the flag named, and left as it was."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("keep me")
+    res = runner.invoke(app, ["demo", "--out", str(blocker)])
+    assert res.exit_code == 1, res.output
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"Error: --out {blocker}: "), res.stderr
+    assert blocker.read_text() == "keep me" and os.listdir(tmp_path) == ["notes.txt"]

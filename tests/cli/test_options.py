@@ -120,6 +120,10 @@ INVALID = [
     ("advantages", ["--nll-reduce", "max"], "--nll-reduce", "max"),
     ("advantages", ["--lambda-min", "-0.1"], "--lambda-min", "-0.1"),
     ("advantages", ["--lambda-max", "2"], "--lambda-max", "2"),
+    ("advantages", ["--lambda-max", "-1"], "--lambda-max", "-1"),
+    ("advantages", ["--lambda-max", "0.3"], "--lambda-max", "0.3"),  # below λ̄ = 0.5
+    ("advantages", ["--lambda-min", "0.7"], "--lambda-min", "0.7"),  # above λ̄
+    ("advantages", ["--lambda-min", "0.6", "--lambda-max", "0.4"], "--lambda-max", "0.4"),
     ("score", ["--model", ""], "--model", "''"),
     ("score", ["--dtype", "f8"], "--dtype", "f8"),
     ("score", ["--device", "gpu"], "--device", "gpu"),
@@ -154,6 +158,8 @@ INVALID = [
     ("train-offline", ["--max-steps", "0"], "--max-steps", "0"),
     ("train-offline", ["--max-length", "1"], "--max-length", "1"),
     ("train-offline", ["--seed", "x"], "--seed", "x"),
+    ("train-offline", ["--seed", "-1"], "--seed", "-1"),
+    ("train-offline", ["--seed", "4294967296"], "--seed", "4294967296"),
     ("train-offline", ["--lora-r", "-1"], "--lora-r", "-1"),
     ("train-offline", ["--lora-alpha", "0"], "--lora-alpha", "0"),
     ("train-offline", ["--lora-targets", ","], "--lora-targets", "()"),
@@ -175,6 +181,7 @@ INVALID = [
     ("demo", ["--iterations", "-1"], "--iterations", "-1"),
     ("demo", ["--methods", "ppo"], "--methods", "ppo"),
     ("demo", ["--seed", "x"], "--seed", "x"),
+    ("demo", ["--seed", "-1"], "--seed", "-1"),
     ("demo", ["--bc-steps", "0"], "--bc-steps", "0"),
 ]
 # options that take any value of their type (free text, a seed, an on/off flag)

@@ -122,3 +122,26 @@ def test_partial_checkpoints_are_removed(tmp_path):
     remove_partial_checkpoints(tmp_path)
     assert sorted(os.listdir(root)) == ["step-00000002"]
     remove_partial_checkpoints(tmp_path / "no-run-here")  # nothing to do
+
+
+def test_an_output_that_cannot_be_created_is_one_gaca_error(tmp_path):
+    """Where no file can be created (/proc refuses even root, whom permission bits do not
+    stop), the write is a GacaError naming the output, not an OSError's traceback."""
+    from gaca_cli.errors import GacaError
+
+    for out in ("/proc/gaca-no-such-dir/out.parquet", "/proc/out.parquet"):
+        with pytest.raises(GacaError, match=f"cannot write {out}"), atomic_path(out):
+            raise AssertionError("the block must not run")
+
+
+def test_a_device_or_pipe_is_never_replaced(tmp_path):
+    """-o naming a FIFO (as /dev/null is a device) is refused; the FIFO stays."""
+    import stat
+
+    from gaca_cli.errors import GacaError
+
+    fifo = tmp_path / "out.parquet"
+    os.mkfifo(fifo)
+    with pytest.raises(GacaError, match="not a regular file"), atomic_path(fifo):
+        raise AssertionError("the block must not run")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["out.parquet"]
