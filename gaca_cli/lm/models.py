@@ -240,3 +240,14 @@ def model_fingerprint(model: str, revision: str | None = None) -> str:
                     f.seek(k * step)
                     h.update(f.read(_CHUNK))
     return h.hexdigest()[:16]
+
+
+def position_limit(model) -> int | None:
+    """The longest sequence `model` can take when its positions are learned embeddings
+    (GPT-2, OPT: a longer one fails inside the forward), else None. Rotary models have no such
+    limit; their `max_position_embeddings` is the length they were trained to, not a bound."""
+    config = getattr(model, "config", None)
+    if config is None or any(getattr(config, a, None) for a in ("rope_parameters", "rope_scaling", "rope_theta")):
+        return None
+    limit = getattr(config, "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and limit > 0 else None

@@ -196,12 +196,15 @@ class Scorer:
     def __init__(self, model, device, temperature: float = 1.0):
         import torch
 
+        from gaca_cli.lm.models import position_limit
+
         self.model = model
         self.device = device
         self.temperature = float(temperature)
         self.head = model.get_output_embeddings()
         self.vocab_size = int(self.head.weight.shape[0])
         self.input_vocab_size = int(model.get_input_embeddings().num_embeddings)
+        self.position_limit = position_limit(model)  # learned positions: the longest sequence
         self.pad_id = 0
         try:
             decoder = model.get_decoder()
@@ -600,7 +603,14 @@ def score_shard(
 ) -> dict:
     """Score this rank's trajectories chunk by chunk into `work_dir`, skipping the chunks that
     are already there. Returns this run's counters (`resumed_chunks`, `tokens_this_run`)."""
-    from gaca_cli.lm.tokenization import FROM_MESSAGES, FROM_PROMPT, FROM_TOKEN_IDS, rows_text, tokenize_steps
+    from gaca_cli.lm.tokenization import (
+        FROM_MESSAGES,
+        FROM_PROMPT,
+        FROM_TOKEN_IDS,
+        check_positions,
+        rows_text,
+        tokenize_steps,
+    )
 
     rank_of = shard_trajectories(trajectory_costs(log, index), world) if world > 1 else np.zeros(index.n_traj, np.int64)
     mine = np.flatnonzero(rank_of == rank)
@@ -628,6 +638,8 @@ def score_shard(
             vocab_size=scorer.input_vocab_size,
             model=config.model,
         )
+        lengths_of_steps = np.array([len(c) + len(a) for c, a in zip(tokens.context, tokens.action)], dtype=np.int64)
+        check_positions(log, rows, lengths_of_steps, tokens.source, scorer.position_limit)
         plan = build_plan(tokens.context, tokens.action, [int(x) for x in lengths], config.pack)
         stats = new_stats()
         steps_of_seq = np.bincount(plan.step_seq, minlength=len(plan.seqs))

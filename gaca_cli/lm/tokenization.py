@@ -235,17 +235,36 @@ def tokenize_steps(
 
 
 def _check_ranges(log: Log, rows: np.ndarray, ctx: list, act: list, vocab_size: int | None) -> None:
+    """Token ids outside the model's vocabulary: an error naming the column they came from
+    (context ids first, then action ids)."""
     if vocab_size is None:
         return
-    bad = [
-        i
-        for i, (c, a) in enumerate(zip(ctx, act))
-        if (len(c) and (c.min() < 0 or c.max() >= vocab_size)) or (len(a) and (a.min() < 0 or a.max() >= vocab_size))
-    ]
-    if bad:
+    for column, ids in ((C.PROMPT_TOKEN_IDS, ctx), (C.ACTION_TOKEN_IDS, act)):
+        bad = [i for i, x in enumerate(ids) if len(x) and (x.min() < 0 or x.max() >= vocab_size)]
+        if bad:
+            raise _error(
+                log,
+                column,
+                f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary)",
+                rows[np.array(bad)],
+            )
+
+
+def check_positions(
+    log: Log, rows: np.ndarray, lengths: np.ndarray, source: np.ndarray, limit: int | None, hint: str = ""
+) -> None:
+    """Refuse steps whose context + action (`lengths` tokens, from `source`, of the original
+    `rows`) is longer than `limit` (models.position_limit): one error naming the rows, not an
+    index error inside the model (a device-side assert on a GPU). `hint` ends the message."""
+    if limit is None:
+        return
+    over = np.flatnonzero(np.asarray(lengths) > limit)
+    if len(over):
+        column = {FROM_TOKEN_IDS: C.PROMPT_TOKEN_IDS, FROM_PROMPT: C.PROMPT, FROM_MESSAGES: C.MESSAGES}
         raise _error(
             log,
-            C.PROMPT_TOKEN_IDS,
-            f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary)",
-            rows[np.array(bad)],
+            column[int(source[over[0]])],
+            f"context + action is up to {int(np.max(lengths[over])):,} tokens, longer than the {limit:,} "
+            f"positions of the model (learned position embeddings){hint}",
+            rows[over],
         )

@@ -227,12 +227,18 @@ def choose_behavior(
 
 
 def build_train_data(
-    log: Log, index: TrajectoryIndex, tokenizer, config: TrainConfig, vocab_size: int | None = None
+    log: Log,
+    index: TrajectoryIndex,
+    tokenizer,
+    config: TrainConfig,
+    vocab_size: int | None = None,
+    position_limit: int | None = None,
 ) -> TrainData:
     """Keep the steps that carry a gradient, tokenise them as `gaca score` does
     (`tokenization.tokenize_steps`, same --context / --add-special-tokens / --strict-prefix)
-    and align μ with their action tokens."""
-    from gaca_cli.lm.tokenization import tokenize_steps
+    and align μ with their action tokens. Steps kept must fit the model's `position_limit`
+    (models.position_limit; --max-length skips longer ones)."""
+    from gaca_cli.lm.tokenization import check_positions, tokenize_steps
 
     advantage = read_advantages(log, index)
     useful = config.carries_gradient(advantage)
@@ -272,6 +278,10 @@ def build_train_data(
             "filtered-bc": f"no step has A > {config.bc_threshold:g} (--bc-threshold)",
             "awr": "no step has action tokens",
         }[config.loss]
+        if useful.any() and not (config.loss == "awr" and empty_action.all()):
+            why = "every step with a gradient was skipped"
+            if counts["too_long"]:
+                why += f" (--max-length {config.max_length})"
         detail = ", ".join(
             f"{k.replace('_', ' ')}: {v}" for k, v in counts.items() if v and k not in ("rows", "trained")
         )
@@ -280,6 +290,14 @@ def build_train_data(
         )
     position_of = np.full(n, -1, dtype=np.int64)
     position_of[candidates] = np.arange(len(candidates))
+    check_positions(
+        log,
+        index.order[keep_idx],
+        (n_ctx + n_act)[keep_idx],
+        tokens.source[position_of[keep_idx]],
+        position_limit,
+        f"; skip such steps with --max-length {position_limit}",
+    )
     input_ids = [np.concatenate([tokens.context[j], tokens.action[j]]).astype(np.int64) for j in position_of[keep_idx]]
     behavior = None
     if behavior_lists is not None:
@@ -704,7 +722,7 @@ class _Trainer:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
-        from gaca_cli.lm.models import load_causal_lm, model_fingerprint
+        from gaca_cli.lm.models import load_causal_lm, model_fingerprint, position_limit
 
         config = self.config
         self.index, self.warnings = prepare_log(self.log, "train-offline")
@@ -727,7 +745,9 @@ class _Trainer:
         self.device = device
         self.tokenizer = tokenizer
         vocab = model.get_input_embeddings().num_embeddings
-        self.data = build_train_data(self.log, self.index, tokenizer, config, vocab_size=vocab)
+        self.data = build_train_data(
+            self.log, self.index, tokenizer, config, vocab_size=vocab, position_limit=position_limit(model)
+        )
         self.fingerprint = self.data.fingerprint()
         self.model_fingerprint = model_fingerprint(model_id, config.revision)
         self.pad_id = next(

@@ -523,6 +523,7 @@ def test_bad_logs(tiny_llama, tmp_path):
         out,
         "vocabulary",
         "(g0/r0, 1)",
+        "column 'action_token_ids'",  # the column holding the bad id
     )
     messages_only = write_log(tmp_path / "messages.parquet", rows, ("prompt",))
     no_template = build_model(tmp_path / "no-template", arch="llama", chat_template=False)
@@ -533,6 +534,24 @@ def test_bad_logs(tiny_llama, tmp_path):
     )
     usage = runner.invoke(app, ["score", str(messages_only), "--model", str(tiny_llama), "-o", str(out), "-T", "0"])
     assert usage.exit_code == 2 and not out.exists()
+
+
+def test_steps_longer_than_learned_positions_are_one_error(tmp_path):
+    """A GPT-2 (learned position embeddings) of 64 positions and a step of ~100 tokens: one
+    error naming the prompt column, the rows and the limit, and no work directory left, where
+    the forward failed with an IndexError (a device-side assert on a GPU). The same log scores
+    on a rotary model of 64 positions (no hard limit)."""
+    from tests.lm.tiny_models import build_model
+
+    short = build_model(tmp_path / "gpt2-64", arch="gpt2", n_positions=64)
+    rope = build_model(tmp_path / "llama-64", arch="llama", max_position_embeddings=64)
+    rows = make_rows(groups=1, trajs=2, steps=2, seed=14, duplicate=False)
+    rows[3]["prompt"] += " and then" * 40
+    log = write_log(tmp_path / "long.parquet", rows, ("messages",))
+    out = tmp_path / "out.parquet"
+    result = runner.invoke(app, ["score", str(log), "--model", str(short), "-o", str(out)])
+    _assert_error(result, out, "column 'prompt'", "(g0/r1, 1)", "longer than the 64 positions")
+    assert runner.invoke(app, ["score", str(log), "--model", str(rope), "-o", str(out)]).exit_code == 0
 
 
 def test_help_has_an_example():

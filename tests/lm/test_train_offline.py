@@ -643,6 +643,31 @@ def test_all_zero_advantages(tiny_llama, tmp_path):
     _assert_failed_cleanly(res, tmp_path / "out", "no step to train on", "A = 0")
 
 
+def test_every_step_too_long_says_so(tiny_llama, tmp_path):
+    """--max-length below every step: the error says the steps were skipped, not that A = 0."""
+    log = write_log(tmp_path / "log.parquet", two_action_rows())
+    res = run([log, "--model", tiny_llama, "--loss", "pg", "--max-length", "3", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "every step with a gradient was skipped", "--max-length 3")
+    assert "A = 0" not in res.stderr
+
+
+def test_steps_longer_than_learned_positions(tmp_path):
+    """A GPT-2 of 64 positions: steps longer than that are one error that names them and
+    --max-length (the forward would fail with an IndexError); with --max-length 64 they are
+    skipped and the rest trains."""
+    from tests.lm.tiny_models import build_model
+
+    short = build_model(tmp_path / "gpt2-64", arch="gpt2", n_positions=64)
+    rows = two_action_rows()
+    rows[1]["prompt"] = PROMPT + " and then" * 40
+    log = write_log(tmp_path / "log.parquet", rows)
+    res = run([log, "--model", short, "--loss", "pg", "-o", tmp_path / "out"])
+    _assert_failed_cleanly(res, tmp_path / "out", "(t1, 0)", "64 positions", "--max-length 64")
+    assert "(t0, 0)" not in res.stderr
+    res = run([log, "--model", short, "--loss", "pg", "--max-length", "64", "-o", tmp_path / "out", "--json"])
+    assert res.exit_code == 0, res.output
+
+
 def test_bad_model_path(tmp_path):
     log = write_log(tmp_path / "log.parquet", two_action_rows())
     res = run([log, "--model", tmp_path / "nope", "--loss", "pg", "-o", tmp_path / "out"])
