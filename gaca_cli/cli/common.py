@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -80,8 +81,20 @@ def check_output(output: Path, directory: bool = False, flag: str = "-o") -> Non
         raise typer.Exit(1)
 
 
+def _finite(data: Any) -> Any:
+    """`data` with every non-finite float (inf, NaN: not JSON) replaced by None (null)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
+
+
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
+    """`data` as JSON on stdout; a value that overflowed to inf (or NaN) is written as null."""
+    sys.stdout.write(json.dumps(_finite(data), indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

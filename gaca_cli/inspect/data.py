@@ -460,18 +460,29 @@ def histogram(values: np.ndarray, bins: int = N_BINS) -> dict:
     return {"lo": lo, "hi": hi, "counts": [int(c) for c in counts]}
 
 
+def mean_std(x: np.ndarray) -> tuple[float, float]:
+    """Mean and population std of finite values, computed on x / max|x| so that values near
+    the float64 limit (rewards × 1e200) do not overflow to inf when squared or summed."""
+    scale = float(np.max(np.abs(x))) if len(x) else 0.0
+    if scale == 0.0:
+        return 0.0, 0.0
+    y = x / scale
+    return float(y.mean()) * scale, float(y.std()) * scale
+
+
 def distribution(values: np.ndarray) -> dict | None:
     """Summary statistics (finite values only) and a histogram."""
     x = values[np.isfinite(values)]
     if len(x) == 0:
         return None
+    mean, std = mean_std(x)
     return {
         "n": int(len(x)),
         "min": float(x.min()),
-        "mean": float(x.mean()),
+        "mean": mean,
         "median": float(np.median(x)),
         "max": float(x.max()),
-        "std": float(x.std()),
+        "std": std,
         "histogram": histogram(x),
     }
 
@@ -669,9 +680,11 @@ def descending_ranks(x: np.ndarray) -> np.ndarray:
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float | None:
-    if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
+    """Pearson correlation, None when either side is constant; computed on x / max|x| and
+    y / max|y| (it does not change under scaling) so that huge values do not overflow."""
+    if len(x) < 2 or mean_std(x)[1] == 0 or mean_std(y)[1] == 0:
         return None
-    return _num(np.corrcoef(x, y)[0, 1])
+    return _num(np.corrcoef(x / np.max(np.abs(x)), y / np.max(np.abs(y)))[0, 1])
 
 
 def compare_view(a: AnnotatedLog, config: InspectConfig) -> dict:
@@ -687,10 +700,11 @@ def compare_view(a: AnnotatedLog, config: InspectConfig) -> dict:
     summary = []
     for m in methods:
         x = adv[m]
+        mean, std = mean_std(x)
         row = {
             "method": m,
-            "mean": float(x.mean()),
-            "std": float(x.std()),
+            "mean": mean,
+            "std": std,
             "min": float(x.min()),
             "max": float(x.max()),
             "positive_share": float(np.mean(x > 0)),

@@ -118,4 +118,4 @@ def save_figure(data: PlotData, path: str | os.PathLike) -> None:
     try:
         fig.savefig(path)
     except (OSError, ValueError) as exc:
-        raise GacaError(f"cannot write the figure ({exc})", file=str(path)) from None
+        raise GacaError(f"--plot cannot write the figure ({exc})", file=str(path)) from None

@@ -61,8 +61,17 @@ def print_paged(console: Console, renderable: RenderableType, *, use_pager: bool
 # --------------------------------------------------------------------------- small pieces
 
 
-def fmt(x: float | None, digits: int = 3) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
+#: from this magnitude on numbers are shown in scientific notation (1.234e+12), not 13 digits
+SCIENTIFIC_FROM = 1e6
+
+
+def fmt(x: float | None, digits: int = 3, sign: str = "") -> str:
+    """`x` with `digits` decimals (`sign` "+": always signed), or in scientific notation when
+    it is too large to read as a fixed-point number; "–" for None."""
+    if x is None:
+        return "–"
+    kind = "e" if abs(x) >= SCIENTIFIC_FROM else "f"
+    return f"{x:{sign}.{digits}{kind}}"
 
 
 def signed(x: float | None, digits: int = 3) -> Text:
@@ -70,7 +79,7 @@ def signed(x: float | None, digits: int = 3) -> Text:
     if x is None:
         return Text("–", style="dim")
     sign = (x > 0) - (x < 0)
-    return Text(f"{x:+.{digits}f}", style=SIGN_STYLE[sign])
+    return Text(fmt(x, digits, "+"), style=SIGN_STYLE[sign])
 
 
 def sparkline(counts: Sequence[int]) -> str:

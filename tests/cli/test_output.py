@@ -198,3 +198,11 @@ def test_no_color_is_honoured(example_log, no_color):
     assert res.exit_code == 0, res.output
     assert res.stdout == "" and "OK" in res.stderr
     assert bool(COLOUR.search(res.stderr)) is not no_color, repr(res.stderr)
+
+
+def test_json_writes_non_finite_numbers_as_null(capsys):
+    """JSON has no inf or NaN: print_json writes them as null, wherever they are nested."""
+    from gaca_cli.cli.common import print_json
+
+    print_json({"a": float("inf"), "b": [1.5, float("nan"), {"c": -float("inf")}], "d": (2.0,), "e": "inf"})
+    assert json.loads(capsys.readouterr().out) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2.0], "e": "inf"}

@@ -200,3 +200,43 @@ def test_inspect_enforces_every_schema_rule(tmp_path, rule):
     assert res.exit_code == 1, res.output
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:") and rule in lines[0], res.stderr
+
+
+def test_huge_advantages_stay_finite_and_readable(annotated, tmp_path):
+    """Rewards × 1e200 pass every input rule and give finite advantages; inspect's statistics
+    must not overflow to inf (invalid JSON) or leak numpy warnings, equal the unscaled file's
+    × 1e200, and print in scientific notation rather than 200-digit numbers."""
+    scaled_log = tmp_path / "scaled.parquet"
+    table = pq.read_table(EXAMPLE_LOG)
+    i = table.schema.get_field_index(C.REWARD)
+    pq.write_table(table.set_column(i, C.REWARD, pc.multiply(table[C.REWARD].cast(pa.float64()), 1e200)), scaled_log)
+    scaled = tmp_path / "annotated.parquet"
+    runner = CliRunner()
+    assert runner.invoke(app, ["advantages", str(scaled_log), "--method", "gaca", "-o", str(scaled)]).exit_code == 0
+    for args in ([], ["--compare", "grpo,gaca"]):
+        big, small = invoke(str(scaled), "--json", *args), invoke(annotated, "--json", *args)
+        assert big.exit_code == 0 and big.stderr == "", big.stderr
+        got, want = json.loads(big.stdout), json.loads(small.stdout)
+        if not args:
+            for key in ("mean", "std", "min", "max"):
+                assert got["distributions"]["advantage"][key] == pytest.approx(
+                    want["distributions"]["advantage"][key] * 1e200, rel=1e-9
+                )
+        else:
+            for g, w in zip(got["summary"], want["summary"]):
+                assert g["std"] == pytest.approx(w["std"] * 1e200, rel=1e-9)
+                corr = w.get("corr_with_baseline")  # the baseline's own row has none
+                assert g.get("corr_with_baseline") == (None if corr is None else pytest.approx(corr, rel=1e-9))
+        text = invoke(str(scaled), *args)
+        assert text.exit_code == 0 and "Warning" not in text.stderr
+        assert "e+200" in text.stdout and "0000000000" not in text.stdout
+
+
+def test_a_figure_that_cannot_be_written_names_plot(annotated, tmp_path):
+    pytest.importorskip("matplotlib")
+    for target in (tmp_path / "figure.txt", tmp_path / "no-such-dir" / "figure.png"):
+        result = CliRunner().invoke(app, ["inspect", annotated, "--plot", str(target)])
+        assert result.exit_code == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"Error: {target}: --plot cannot write"), result.stderr
+        assert not target.exists()
