@@ -608,23 +608,32 @@ def _mapped_names(names: Sequence[str], column_map: Mapping[str, str]) -> list[s
 
 
 def apply_column_map(table: pa.Table, column_map: Mapping[str, str], source: str) -> tuple[pa.Table, dict[str, str]]:
-    """Rename OLD -> NEW for each `--map NEW=OLD`."""
+    """Rename OLD -> NEW for each `--map NEW=OLD`, all at once (so the order of the --map
+    options does not matter and two columns can swap names). Each OLD must be a column of
+    the log, read under one name only, and no NEW may clash with a column left as it is."""
     names = list(table.column_names)
-    renamed: dict[str, str] = {}
+    reader: dict[str, str] = {}  # OLD -> NEW
     for new, old in column_map.items():
-        if new == old:
-            continue
         if old not in names:
             raise GacaError(f"--map {new}={old} names a column the log does not have", file=source, column=old)
-        if new in names:
+        if old in reader:
+            raise GacaError(
+                f"--map {reader[old]}={old} and --map {new}={old} both read column '{old}'; a column is read "
+                "under one name",
+                file=source,
+                column=old,
+            )
+        reader[old] = new
+    result = [reader.get(n, n) for n in names]
+    for old, new in reader.items():
+        if result.count(new) > 1:
             raise GacaError(
                 f"--map {new}={old}: the log already has a column '{new}'; map it away too or drop it",
                 file=source,
                 column=new,
             )
-        names[names.index(old)] = new
-        renamed[new] = old
-    return table.rename_columns(names), renamed
+    renamed = {new: old for old, new in reader.items() if new != old}
+    return table.rename_columns(result), renamed
 
 
 def restore_column_names(table: pa.Table, renamed: Mapping[str, str]) -> pa.Table:

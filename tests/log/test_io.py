@@ -208,6 +208,41 @@ def test_map_new_name_already_present(tmp_path, example_table):
     assert not out.exists()
 
 
+def test_map_is_applied_at_once_in_any_order(tmp_path, example_table, reference):
+    """The --map options rename all at once: two columns swap names, and renaming group_id
+    away while another column takes its name works in either order; the output keeps the
+    user's names."""
+    # the file calls the episode group `episode` and keeps an unrelated text column `group_id`
+    names = {C.GROUP_ID: "episode"}
+    table = example_table.rename_columns([names.get(n, n) for n in example_table.column_names])
+    table = table.append_column("group_id", pa.array(["note"] * table.num_rows))
+    src = tmp_path / "swapped.parquet"
+    pq.write_table(table, src)
+    for maps in (["group_id=episode", "note=group_id"], ["note=group_id", "group_id=episode"]):
+        out = tmp_path / "adv.parquet"
+        run_ok("advantages", src, "--method", "gigpo", "-o", out, *[x for m in maps for x in ("--map", m)])
+        result = pq.read_table(out)
+        assert result.column_names[: table.num_columns] == table.column_names
+        assert_same_advantages(result, reference["gigpo"])
+    swap = {C.GROUP_ID: C.TRAJ_ID, C.TRAJ_ID: C.GROUP_ID}
+    pq.write_table(example_table.rename_columns([swap.get(n, n) for n in example_table.column_names]), src)
+    out = tmp_path / "swap.parquet"
+    run_ok("advantages", src, "--method", "gigpo", "-o", out, "--map", "group_id=traj_id", "--map", "traj_id=group_id")
+    result = pq.read_table(out)
+    assert result.column_names[: example_table.num_columns] == [swap.get(n, n) for n in example_table.column_names]
+    assert_same_advantages(result.rename_columns([swap.get(n, n) for n in result.column_names]), reference["gigpo"])
+
+
+def test_map_one_column_under_two_names(tmp_path, example_table):
+    src = _renamed_log(tmp_path, example_table)
+    out = tmp_path / "adv.parquet"
+    res = runner.invoke(app, ["advantages", str(src), "--map", "group_id=uid", "--map", "traj_id=uid", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    errors = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(errors) == 1 and "both read column 'uid'" in errors[0], res.stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("item", ["group_id", "=uid", "group_id=", "group_id:uid"])
 def test_map_malformed(tmp_path, example_log, item):
     out = tmp_path / "adv.parquet"
