@@ -42,7 +42,7 @@ from gaca_cli import __version__
 from gaca_cli.errors import GacaError
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import prepare_log
+from gaca_cli.log.checks import advantage_problem, prepare_log
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log
@@ -125,22 +125,12 @@ def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
 
 
 def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
-    """float64 [N] advantages in canonical order; a GacaError names null or non-finite rows."""
-    col = plain(log.table.column(C.ADVANTAGE))
-    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
-        raise GacaError(
-            f"type {col.type} is not usable here; expected a float advantage (as `gaca advantages` writes)",
-            file=log.source,
-            column=log.original_name(C.ADVANTAGE),
-        )
-    nulls = np.flatnonzero(pc.is_null(col).to_numpy(zero_copy_only=False))
-    if len(nulls):
-        raise _row_error(log, C.ADVANTAGE, "must not be null", nulls)
-    values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(~np.isfinite(values))
-    if len(bad):
-        raise _row_error(log, C.ADVANTAGE, "must be finite (no NaN, no ±inf)", bad)
-    return values[index.order]
+    """float64 [N] advantages in canonical order; a GacaError names null or non-finite rows
+    (`checks.advantage_problem`, which `gaca validate --for train-offline` runs too)."""
+    problem = advantage_problem(log)
+    if problem is not None:
+        raise problem
+    return plain(log.table.column(C.ADVANTAGE)).cast(pa.float64()).to_numpy(zero_copy_only=False)[index.order]
 
 
 def choose_behavior(

@@ -282,6 +282,25 @@ def _index(  # noqa: PLR0913
     )
 
 
+def advantage_problem(log: Log) -> GacaError | None:
+    """What train-offline refuses in the `advantage` column (read): a type that is not a
+    number, nulls, NaN or ±inf; None when every row has a finite advantage."""
+    col = plain(log.table.column(C.ADVANTAGE))
+    if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
+        return _violation(
+            log,
+            C.ADVANTAGE,
+            f"type {col.type} is not usable here; expected a float advantage (as `gaca advantages` writes)",
+        )
+    nulls = _null_rows(col)
+    if len(nulls):
+        return _violation(log, C.ADVANTAGE, "must not be null", nulls)
+    bad = np.flatnonzero(~np.isfinite(col.cast(pa.float64()).to_numpy(zero_copy_only=False)))
+    if len(bad):
+        return _violation(log, C.ADVANTAGE, "must be finite (no NaN, no ±inf)", bad)
+    return None
+
+
 def _needs_checks(log: Log, command: str, out: Inspection) -> None:
     names = set(log.file_schema.names)
     for alternatives in COMMAND_NEEDS[command]:
@@ -322,6 +341,10 @@ def inspect_log(
     out = Inspection()
     bad, fatal = _column_checks(log, out)
     _needs_checks(log, command, out)
+    if command == "train-offline" and C.ADVANTAGE in log.table.column_names:
+        problem = advantage_problem(log)
+        if problem is not None:
+            out.violations.append(problem)
     if fatal:  # a required column is missing, unusable or null: nothing else can be checked
         return out
     index = _structure_checks(log, out, bad, canonical, compiled)

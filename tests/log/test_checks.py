@@ -656,3 +656,30 @@ def test_compiled_index_matches_numpy(seed, canonical):
             np.testing.assert_array_equal(
                 getattr(compiled_run.index, name), getattr(plain_run.index, name), strict=True
             )
+
+
+@pytest.mark.parametrize(
+    "values,types,rule",
+    [
+        ([0.5, None], None, "must not be null"),
+        ([0.5, float("nan")], None, "must be finite"),
+        ([0.5, float("inf")], None, "must be finite"),
+        (["0.5", "1"], {"advantage": pa.string()}, "is not usable here"),
+    ],
+    ids=["null", "nan", "inf", "string"],
+)
+def test_validate_for_train_offline_refuses_what_train_offline_refuses(tmp_path, tiny_llama, values, types, rule):
+    """`validate --for train-offline` applies train-offline's rules for the advantage column:
+    the same one error line, where it used to say the log was fine."""
+    rows = base_rows()
+    rows["advantage"] = [values[0]] * (len(rows["traj_id"]) - 1) + [values[1]]
+    log = write_log(tmp_path / "log.parquet", rows, types)
+    checked = runner.invoke(app, ["validate", str(log), "--for", "train-offline"])
+    trained = runner.invoke(
+        app, ["train-offline", str(log), "--model", str(tiny_llama), "--loss", "pg", "-o", str(tmp_path / "run")]
+    )
+    assert checked.exit_code == trained.exit_code == 1, (checked.output, trained.output)
+    row = [] if types else ["(t3, 1)"]
+    assert_one_error_line(trained.stderr, "column 'advantage'", rule, *row)
+    report = " ".join(checked.output.split())
+    assert "1 rule(s) broken" in report and all(x in report for x in ("column 'advantage'", rule, *row)), report
