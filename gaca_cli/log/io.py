@@ -376,9 +376,12 @@ def _dataset(path: str) -> ds.Dataset:
         factory = ds.FileSystemDatasetFactory(pafs.LocalFileSystem(), selector, _verifying_format(), options)
         keys = factory.inspect_schemas()[-1]  # the first file's schema, then the partition keys'
         files = factory.finish(keys)  # no schema merged yet: each file's is read below
-        schemas = [frag.physical_schema.remove_metadata() for frag in files.get_fragments()]
+        fragments = list(files.get_fragments())
+        schemas = [frag.physical_schema.remove_metadata() for frag in fragments]
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowIOError, OSError) as exc:
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
+    for frag, frag_schema in zip(fragments, schemas):
+        _unique_names(frag_schema.names, frag.path)
     try:
         schema = pa.unify_schemas(_with_text_widths(schemas) or [pa.schema([])], promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -442,12 +445,23 @@ def _widened(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _unique_names(names: Sequence[str], path: str) -> None:
+    """A file with two columns of the same name cannot be read by name: one clear error."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise GacaError("the file has two columns of this name; give each its own", file=path, column=name)
+        seen.add(name)
+
+
 def _text_width_types(schemas: Sequence[pa.Schema]) -> dict[str, pa.DataType]:
-    """For each column whose type differs between `schemas` only in the width of its text,
+    """For each column whose type differs between `schemas` only in a width: of its text,
     binary or list offsets (string in a file from pyarrow, large_string in one from polars),
-    the type every file's column is read as: the wide one, as polars, duckdb and pyarrow's
-    permissive promotion unify them. Null-typed columns are left to the default promotion;
-    any other difference is not unified (the caller reports it)."""
+    or of its integers (int32 and int64 step indices: int64) or floats (float32 and float64:
+    float64), the type every file's column is read as: the wide one, as polars, duckdb and
+    pyarrow's permissive promotion unify them. Null-typed columns are left to the default
+    promotion; any other difference (an integer in one file, a float or text in another) is
+    not unified (the caller reports it)."""
     seen: dict[str, set[pa.DataType]] = {}
     for schema in schemas:
         for f in schema:
@@ -455,9 +469,15 @@ def _text_width_types(schemas: Sequence[pa.Schema]) -> dict[str, pa.DataType]:
                 seen.setdefault(f.name, set()).add(f.type)
     targets = {}
     for name, types in seen.items():
+        if len(types) < 2:
+            continue
         wide = {_widened(t) for t in types}
-        if len(types) > 1 and len(wide) == 1:
+        if len(wide) == 1:
             targets[name] = wide.pop()
+        elif all(pa.types.is_integer(t) for t in types) and pa.uint64() not in types:
+            targets[name] = pa.int64()  # every value of the narrower ones fits
+        elif all(pa.types.is_floating(t) for t in types):
+            targets[name] = pa.float64()
     return targets
 
 
@@ -555,6 +575,8 @@ def read_log(
             parts.extend(_read_directory(path, file_columns))
         else:
             parts.append((path, _read_file(path, file_columns, in_file(dictionary), in_file(via_polars))))
+    for path, part in parts:
+        _unique_names(part.column_names, path)
     files = tuple(p for p, _ in parts)
     table = _concat([t for _, t in parts], ", ".join(files))
     ends = np.cumsum([t.num_rows for _, t in parts], dtype=np.int64)
@@ -594,6 +616,7 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
                 schema = pq.read_schema(path)
             except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
                 raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
+        _unique_names(schema.names, path)
         schemas.append(schema.remove_metadata())
     try:
         return pa.unify_schemas(_with_text_widths(schemas), promote_options="default")

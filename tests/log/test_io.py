@@ -584,9 +584,42 @@ def test_string_and_large_string_files_are_read_as_large_string(tmp_path, exampl
         assert column.to_pylist() == a[C.ANCHOR_OBS].to_pylist() + b[C.ANCHOR_OBS].to_pylist()
 
 
+@pytest.mark.parametrize("layout", ["files", "directory"])
+def test_integer_and_float_widths_are_unified(tmp_path, example_table, layout):
+    """step_idx int32 in one file and int64 in the other, reward float32 and float64 (pandas
+    and polars write different widths): read as int64 and float64, and the advantages are
+    those of one file holding the same values at the wide widths."""
+    a, b = split_by_group(example_table, 2)
+
+    def cast(t: pa.Table, step: pa.DataType, reward: pa.DataType) -> pa.Table:
+        t = t.set_column(t.schema.get_field_index(C.STEP_IDX), C.STEP_IDX, t[C.STEP_IDX].cast(step))
+        return t.set_column(t.schema.get_field_index(C.REWARD), C.REWARD, t[C.REWARD].cast(reward))
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(cast(a, pa.int32(), pa.float32()), logs / "a.parquet")
+    pq.write_table(cast(b, pa.int64(), pa.float64()), logs / "b.parquet")
+    inputs = [logs] if layout == "directory" else [logs / "a.parquet", logs / "b.parquet"]
+    log = read_log([str(p) for p in inputs])
+    assert log.table.schema.field(C.STEP_IDX).type == pa.int64()
+    assert log.table.schema.field(C.REWARD).type == pa.float64()
+    out = tmp_path / "adv.parquet"
+    run_ok("advantages", *inputs, "--method", "gigpo", "-o", out)
+    wide = tmp_path / "wide.parquet"
+    pq.write_table(
+        pa.concat_tables(
+            [cast(cast(a, pa.int64(), pa.float32()), pa.int64(), pa.float64()), cast(b, pa.int64(), pa.float64())]
+        ),
+        wide,
+    )
+    expected = tmp_path / "expected.parquet"
+    run_ok("advantages", wide, "--method", "gigpo", "-o", expected)
+    assert_same_advantages(pq.read_table(out), pq.read_table(expected))
+
+
 def test_text_widths_do_not_unify_other_types(tmp_path, example_table):
-    """Only text, binary and list widths are unified: a string id in one file and an integer
-    one in the other stay a clean error."""
+    """Only widths are unified: a string id in one file and an integer one in the other stay
+    a clean error."""
     a, b = split_by_group(example_table, 2)
     codes = {t: i for i, t in enumerate(sorted(set(b[C.TRAJ_ID].to_pylist())))}
     b = b.set_column(
@@ -647,3 +680,20 @@ def test_a_partition_value_of_another_type_than_the_files_column_is_a_clean_erro
     with pytest.raises(GacaError, match="shard.*not a readable Parquet dataset") as info:
         read_log([str(logs)])
     assert info.value.file == str(logs) and info.value.column == "shard"
+
+
+@pytest.mark.parametrize("layout", ["file", "directory"])
+@pytest.mark.parametrize("command", ["validate", "advantages"])
+def test_a_file_with_two_columns_of_one_name(tmp_path, example_table, layout, command):
+    """Two columns named `reward` in one file: one error naming the file and the column
+    (pyarrow's 'Can't unify schema with duplicate field names' said neither)."""
+    path = tmp_path / "logs" / "dup.parquet"
+    path.parent.mkdir()
+    pq.write_table(example_table.append_column(C.REWARD, example_table[C.REWARD]), path)
+    given = path.parent if layout == "directory" else path
+    out = tmp_path / "out.parquet"
+    res = runner.invoke(app, [command, str(given), *(["-o", str(out)] if command == "advantages" else [])])
+    assert res.exit_code == 1, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {path}: column 'reward': the file has two columns")
+    assert not out.exists()
