@@ -52,6 +52,20 @@ def _violation(log: Log, column: str, rule: str, rows: np.ndarray | None = None)
     )
 
 
+def _null_violation(log: Log, column: str, rows: np.ndarray) -> GacaError:
+    """`column` must not be null, and is at `rows`: when a file of the log lacks the column
+    (its rows read as nulls), the error names that file and says so."""
+    lacking = log.files_lacking(column)
+    if lacking:
+        more = f" ({len(lacking) - 1} more files lack it too)" if len(lacking) > 1 else ""
+        return GacaError(
+            f"the column is missing from this file, which the other files of the log have{more}",
+            file=lacking[0],
+            column=log.original_name(column),
+        )
+    return _violation(log, column, "must not be null", rows)
+
+
 def _null_rows(arr: pa.ChunkedArray) -> np.ndarray:
     if arr.null_count == 0:
         return np.asarray([], dtype=np.int64)
@@ -92,14 +106,14 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
             if not spec.nullable and log.null_count(spec.name) != 0:
                 nulls = log.null_rows(spec.name)
                 if len(nulls):
-                    out.violations.append(_violation(log, spec.name, "must not be null", nulls))
+                    out.violations.append(_null_violation(log, spec.name, nulls))
                     bad.add(spec.name)
             continue
         col = table.column(spec.name)
         if not spec.nullable:
             nulls = _null_rows(col)
             if len(nulls):
-                out.violations.append(_violation(log, spec.name, "must not be null", nulls))
+                out.violations.append(_null_violation(log, spec.name, nulls))
                 bad.add(spec.name)
                 fatal |= spec.required
                 continue

@@ -117,6 +117,19 @@ class Log:
             total += count
         return total
 
+    def files_lacking(self, column: str) -> list[str]:
+        """The files of the log whose footer has no such column (its rows read as nulls);
+        empty when no file has it either (a column missing from the whole log)."""
+        name = self.original_name(column)
+        lacking = []
+        for path in self.files:
+            try:
+                if name not in pq.read_schema(path).names:
+                    lacking.append(path)
+            except READ_ERRORS:
+                continue  # a file that cannot be read is reported where it is read
+        return lacking if len(lacking) < len(self.files) else []
+
     def null_rows(self, column: str) -> np.ndarray:
         """int64 row indices (in log order) where a column of the files is null, read one row
         group at a time, so memory stays bounded by a row group however large the column (a

@@ -683,3 +683,22 @@ def test_validate_for_train_offline_refuses_what_train_offline_refuses(tmp_path,
     assert_one_error_line(trained.stderr, "column 'advantage'", rule, *row)
     report = " ".join(checked.output.split())
     assert "1 rule(s) broken" in report and all(x in report for x in ("column 'advantage'", rule, *row)), report
+
+
+@pytest.mark.parametrize("layout", ["files", "directory"])
+def test_a_file_lacking_a_required_column_is_named(tmp_path, layout):
+    """Two files, the second without `reward`: its rows read as nulls, and the error names
+    that file and says the column is missing from it (not 'must not be null' on its rows)."""
+    table = to_table(base_rows())
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pq.write_table(table.slice(0, 6), logs / "a.parquet")
+    pq.write_table(table.slice(6).drop_columns(["reward"]), logs / "b.parquet")
+    given = [str(logs)] if layout == "directory" else [str(logs / "a.parquet"), str(logs / "b.parquet")]
+    for command in (["validate"], ["advantages", "-o", str(tmp_path / "out.parquet")]):
+        res = runner.invoke(app, [command[0], *given, *command[1:]])
+        assert res.exit_code == 1, res.output
+        text = "".join(res.output.split())  # the report wraps long paths
+        assert "".join(f"{logs / 'b.parquet'}: column 'reward': the column is missing from this file".split()) in text
+        assert "mustnotbenull" not in text
+    assert not (tmp_path / "out.parquet").exists()
