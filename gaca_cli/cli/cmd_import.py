@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -47,6 +48,12 @@ def import_options(source_format: str, field_maps: list[str], reward_weights: st
                 f"{reward_weights!r} is not a comma-separated list of numbers; use e.g. 1,0.5",
                 param_hint="'--reward-weights'",
             ) from None
+        bad = next((text for text, w in zip(reward_weights.split(","), weights) if not math.isfinite(w)), None)
+        if bad is not None:
+            raise typer.BadParameter(
+                f"{bad.strip()!r} in {reward_weights!r} is not a finite number; every weight must be finite",
+                param_hint="'--reward-weights'",
+            )
         if source_format not in WEIGHTED_FORMATS:
             raise typer.BadParameter(
                 f"only --from {' and '.join(WEIGHTED_FORMATS)} have reward weights", param_hint="'--reward-weights'"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -178,14 +179,74 @@ def test_a_broken_schema_rule_writes_nothing(tmp_path):
     assert not out.exists() and list(tmp_path.iterdir()) == [src]
 
 
-def test_types_that_do_not_agree_across_records_name_the_column_and_row(tmp_path):
+@pytest.mark.parametrize("batch_rows", [8192, 1], ids=["one batch", "a batch per row"])
+def test_types_that_do_not_agree_across_records_name_file_line_and_field(tmp_path, monkeypatch, batch_rows):
+    from gaca_cli.integrations.imports import core
+
+    monkeypatch.setattr(core, "BATCH_ROWS", batch_rows)  # the clash within one batch, or between two
     records = [
         {"messages": chat("a"), "reward": 1, "traj_id": "t0", "seed": 3},
-        {"messages": chat("b"), "reward": 1, "traj_id": "t1", "seed": "three"},
+        {"messages": chat("b"), "reward": 1, "traj_id": "t1", "seed": 4},
+        {"messages": chat("c"), "reward": 1, "traj_id": "t2", "seed": "three"},
     ]
     src = write_jsonl(tmp_path / "mixed.jsonl", records)
-    line = error_line(gaca("import", "--from", "chat-jsonl", src, "-o", tmp_path / "out.parquet"))
-    assert "column 'seed'" in line and "(t1, 0)" in line
+    out = tmp_path / "out.parquet"
+    line = error_line(gaca("import", "--from", "chat-jsonl", src, "-o", out))
+    assert line.startswith(f"Error: {src}: line 3: field 'seed': ") and "'three'" in line, line
+    assert "one type in every record" in line and not out.exists()
+
+
+def test_a_source_that_is_not_utf8_names_file_and_line(tmp_path):
+    bad = tmp_path / "b.jsonl"
+    bad.write_bytes(b"\xff\xfe{}\n")
+    out = tmp_path / "out.parquet"
+    line = error_line(gaca("import", "--from", "chat-jsonl", bad, "-o", out))
+    assert line == f"Error: {bad}: line 1: not UTF-8 text (byte 0xff at column 1)"
+    assert error_line(gaca("validate", "--from", "chat-jsonl", bad)) == line
+    # after good lines: the line of the first byte that is not UTF-8
+    good = json.dumps({"messages": chat("a"), "reward": 1}).encode()
+    later = tmp_path / "later.jsonl"
+    later.write_bytes(good + b"\n" + good.replace(b"}]", b', "note": "caf\xe9"}]', 1) + b"\n")
+    assert f"{later}: line 2: not UTF-8 text (byte 0xe9" in error_line(
+        gaca("import", "--from", "chat-jsonl", later, "-o", out)
+    )
+    # a Parquet file given to a JSON format
+    parquet = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"x": [1.5, 2.5]}), parquet)
+    line = error_line(gaca("import", "--from", "chat-jsonl", parquet, "-o", out))
+    assert line.startswith(f"Error: {parquet}: line 1: not UTF-8 text") and "Parquet" in line, line
+    assert not out.exists()
+
+
+def test_a_field_named_extra_is_kept_as_source_extra(tmp_path):
+    records = [
+        {"messages": chat("a"), "reward": 1, "traj_id": "t0", "extra": 3, "env": {"k": 1}},
+        {"messages": chat("b"), "reward": 1, "traj_id": "t1", "extra": {"nested": True}},
+    ]
+    src = write_jsonl(tmp_path / "extra.jsonl", records)
+    summary = import_json("chat-jsonl", src, out=tmp_path / "out.parquet")
+    rows = rows_of(tmp_path / "out.parquet")
+    assert [r["source_extra"] for r in rows] == [3, None]  # a scalar `extra`: its own column
+    assert json.loads(rows[0]["extra"]) == {"env": {"k": 1}}
+    assert json.loads(rows[1]["extra"]) == {"extra": {"nested": True}}  # a nested one: in `extra`, by name
+    assert set(summary["kept"]) == {"source_extra", "extra"}
+
+
+CLASHES = [
+    ({"advantage": 0.5, "source_advantage": 7}, "field 'advantage': is kept as 'source_advantage'"),
+    ({"extra": 3, "source_extra": 4, "env": {"k": 1}}, "field 'extra': is kept as 'source_extra'"),
+]
+
+
+@pytest.mark.parametrize(("fields", "message"), CLASHES, ids=["advantage", "extra"])
+def test_a_field_and_the_name_it_would_be_kept_under_are_refused(tmp_path, fields, message):
+    """Both values cannot be kept under their names: one error line, nothing written."""
+    good = {"messages": chat("a"), "reward": 1, "traj_id": "t0"}
+    src = write_jsonl(tmp_path / "clash.jsonl", [good, {**good, "traj_id": "t1", **fields}])
+    out = tmp_path / "out.parquet"
+    line = error_line(gaca("import", "--from", "chat-jsonl", src, "-o", out))
+    assert line.startswith(f"Error: {src}: line 2: {message}") and "rename one of the two" in line, line
+    assert not out.exists()
 
 
 def test_validate_from_checks_without_writing(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from gaca_cli.integrations.imports import FORMATS, core
 from gaca_cli.integrations.imports.base import ImportOptions, expand_sources, split_chat
-from tests.integrations.cli_helpers import gaca
+from tests.integrations.cli_helpers import error_line, gaca
 from tests.integrations.test_import_chat_jsonl import chat, write_jsonl
 
 
@@ -173,3 +173,36 @@ def test_parquet_sources_are_read_with_page_checksums_verified(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(SourceError, match="not a readable Parquet file"):
         list(iter_parquet_rows(path))
+
+
+JSON_FORMATS = [(name, "x.json" if name == "rllm" else "x.jsonl") for name in FORMATS if name != "trl"]
+
+
+@pytest.mark.parametrize(("fmt", "name"), JSON_FORMATS, ids=[f for f, _ in JSON_FORMATS])
+def test_a_json_source_that_is_not_utf8_names_file_and_line(tmp_path, fmt, name):
+    """One Error line, no traceback, nothing written (JSON Lines line by line, rllm's one
+    document per file)."""
+    src = tmp_path / name
+    if name.endswith(".json"):
+        src.write_bytes(b'{"text":\n  "\xff"}\n')
+        expected = "line 2: not UTF-8 text (byte 0xff at column 4)"
+    else:
+        src.write_bytes(b'{"text": "caf\xe9"}\n')
+        expected = "line 1: not UTF-8 text (byte 0xe9 at column 14)"
+    out = tmp_path / "out.parquet"
+    assert error_line(gaca("import", "--from", fmt, src, "-o", out)) == f"Error: {src}: {expected}"
+    assert error_line(gaca("validate", "--from", fmt, src)) == f"Error: {src}: {expected}"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["trl", "art", "verl-agent"])
+def test_a_parquet_string_that_is_not_utf8_names_file_row_and_column(tmp_path, fmt):
+    import pyarrow as pa
+
+    raw = pa.array([b"fine", b"\xff\xfe"], type=pa.binary())
+    text = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())  # written unchecked, as a broken writer would
+    src = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"n": [1, 2], "prompt": text}), src)
+    out = tmp_path / "out.parquet"
+    line = error_line(gaca("import", "--from", fmt, src, "-o", out))
+    assert line == f"Error: {src}: row 1: field 'prompt': not UTF-8 text" and not out.exists()

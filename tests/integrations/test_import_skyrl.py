@@ -271,6 +271,27 @@ def test_bad_eval_line_and_unknown_record(tmp_path):
         read(path)
 
 
+def test_eval_fields_named_like_columns_gaca_writes_are_kept_as_source_names(tmp_path):
+    """Nothing the dump holds is dropped: `traj_id` or `extra` in a line do not replace the
+    row's own; a line with both `extra` and `source_extra` is refused."""
+    path = tmp_path / "ds.jsonl"
+    line = {
+        "input_prompt": "p",
+        "output_response": "r",
+        "score": 1,
+        "traj_id": "mine",
+        "extra": 3,
+        "env_extras": {"a": 1},
+    }
+    path.write_text(json.dumps(line) + "\n")
+    (row,) = read(path)
+    assert row["traj_id"] == f"{path}:1" and row["source_traj_id"] == "mine"
+    assert row["source_extra"] == 3 and row["extra"] == {"env_extras": {"a": 1}}
+    path.write_text(json.dumps({**line, "source_extra": 4}) + "\n")
+    with pytest.raises(SourceError, match=r"ds.jsonl: line 1: field 'extra': is kept as 'source_extra'"):
+        read(path)
+
+
 # -- the command ------------------------------------------------------------------------------
 
 

@@ -158,6 +158,18 @@ def test_weights_that_do_not_fit_the_functions(tmp_path):
     (tmp_path / "args.json").write_text('{"reward_weights": ["high", 1.0]}')
     with pytest.raises(GacaError, match=r"args\.json: field 'reward_weights': must be a number"):
         read(tmp_path / "completions.jsonl")
+    (tmp_path / "args.json").write_text('{"reward_weights": [NaN, 1.0]}')  # Python's json.dump writes NaN
+    with pytest.raises(GacaError, match=r"args\.json: field 'reward_weights': must be finite numbers"):
+        read(tmp_path / "completions.jsonl")
+
+
+def test_reward_weights_that_are_not_finite_are_a_usage_error(tmp_path):
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "swift", str(GRPO), "-o", str(out), "--reward-weights", "nan,1"])
+    assert res.exit_code == 2, res.output
+    message = " ".join(res.stderr.split())
+    assert "'--reward-weights'" in message and "'nan' in 'nan,1' is not a finite number" in message, message
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
@@ -179,6 +191,29 @@ def test_a_bad_line_names_file_line_and_field(tmp_path, line, message):
     with pytest.raises(GacaError) as err:
         read(path)
     assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_logged_fields_named_like_columns_gaca_writes_are_kept_as_source_names(tmp_path):
+    """Nothing the run logged is dropped: a field named like one of the row's columns (or
+    `extra`, which holds the nested fields) is kept as source_<name>."""
+    path = tmp_path / "completions.jsonl"
+    line = {
+        "gen_step": 1,
+        "prompt": "p",
+        "completion": "c",
+        "reward": 1,
+        "traj_id": "mine",
+        "extra": 3,
+        "env": {"k": 1},
+    }
+    path.write_text(json.dumps(line) + "\n")
+    [row] = read(path)
+    assert row["traj_id"] == f"{path}:1" and row["source_traj_id"] == "mine"
+    assert row["source_extra"] == 3 and row["extra"] == {"env": {"k": 1}}
+    path.write_text(json.dumps({**line, "source_extra": 4}) + "\n")
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value).startswith(f"{path}: line 1: field 'extra': is kept as 'source_extra'")
 
 
 # --- the command end to end -------------------------------------------------------------

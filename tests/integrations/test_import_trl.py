@@ -241,6 +241,18 @@ def test_log_extra_columns_named_like_gaca_columns_are_kept_apart(tmp_path):
     assert row["extra"] == {"trace": [1, 2]}
 
 
+def test_a_log_extra_column_beside_the_name_another_is_kept_under_is_refused(tmp_path):
+    """`extra` is kept as source_extra: a log_extra column source_extra too would be lost."""
+    table = _standard_table().drop_columns(["verdict"])
+    at = table.column_names.index("advantage")
+    for name, values in [("extra", [1] * 6), ("source_extra", [2] * 6)]:
+        table = table.add_column(at, name, pa.array(values))
+    path = write_like(tmp_path / "completions_00002.parquet", table)
+    with pytest.raises(GacaError) as err:
+        read([path], WEIGHTS)
+    assert str(err.value).startswith(f"{path}: row 0: field 'extra': is kept as 'source_extra'")
+
+
 def test_a_tool_calling_chat_is_one_step_per_assistant_turn(tmp_path):
     """With `tools=`, TRL's completion is the assistant's turns interleaved with the tool results
     (GRPOTrainer._tool_call_loop), written by pandas as one list<struct> whose absent keys are
@@ -338,6 +350,22 @@ def test_gaca_import_from_trl_bad_input_writes_nothing(tmp_path, args, message):
     line = error_line(res)
     assert f"completions_00001.parquet: {message}" in line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["completions"]
+
+
+@pytest.mark.parametrize("weights", ["nan,1", "1,inf", "-inf,0.5", "1,1e999"])
+def test_reward_weights_that_are_not_finite_are_a_usage_error(tmp_path, weights):
+    """Refused up front, naming the flag (exit 2), not later as a non-finite `reward`."""
+    out = tmp_path / "out.parquet"
+    for command in (
+        ("import", "--from", "trl", DATA / "standard", "-o", out),
+        ("validate", "--from", "trl", DATA / "standard"),
+    ):
+        res = gaca(*command, "--reward-weights", weights)
+        assert res.exit_code == 2, res.output
+        message = " ".join(res.stderr.split())
+        assert "'--reward-weights'" in message and "is not a finite number" in message, message
+        assert "column 'reward'" not in message
+    assert not out.exists()
 
 
 def test_gaca_import_from_trl_missing_prompt_column(tmp_path):

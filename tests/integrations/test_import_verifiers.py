@@ -118,6 +118,21 @@ def test_rollout_without_assistant_turn_is_one_empty_step(tmp_path):
     assert row["extra"]["error"] == rec["error"]
 
 
+def test_rollout_fields_named_like_columns_gaca_writes_are_kept_as_source_names(tmp_path):
+    """Nothing a rollout holds is dropped: a state column named like one of the row's columns
+    (`traj_id`, `done`, `extra`, ...) is kept as source_<name>, not replaced by the row's own."""
+    path = tmp_path / "results.jsonl"
+    rec = {"example_id": 3, "prompt": "2+2=", "completion": "4", "reward": 1.0}
+    path.write_text(json.dumps({**rec, "traj_id": "mine", "done": "no", "extra": 3, "state": {"k": 1}}) + "\n")
+    (row,) = read(path)
+    assert (row["traj_id"], row["done"]) == (f"{path}:1", True)
+    assert (row["source_traj_id"], row["source_done"], row["source_extra"]) == ("mine", "no", 3)
+    assert row["extra"] == {"state": {"k": 1}}
+    path.write_text(json.dumps({**rec, "traj_id": "mine", "source_traj_id": "also"}) + "\n")
+    with pytest.raises(SourceError, match=r"line 1: field 'traj_id': is kept as 'source_traj_id'"):
+        read(path)
+
+
 @pytest.mark.parametrize(
     ("change", "field", "rule"),
     [

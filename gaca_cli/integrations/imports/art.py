@@ -30,6 +30,7 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     iter_jsonl,
     iter_parquet_rows,
+    located,
     number,
     split_chat,
 )
@@ -87,6 +88,8 @@ def _json_field(value: Any, path: Path, where: str, key: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError as exc:
         raise SourceError(path, where, key, f"not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError):  # an integer of too many digits, nesting too deep
+        raise SourceError(path, where, key, "not valid JSON (too large or too deeply nested to read)") from None
 
 
 def _parquet_message(m: Any, path: Path, where: str) -> dict[str, Any]:
@@ -207,7 +210,8 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
                 if parsed:
                     extra[key] = parsed
         ids = (f"{path}:g{group}", f"{path}:g{group}/t{k}")
-        yield from _steps(messages, reward, ids, {"group_index": group, **layout}, extra, path, where, "messages")
+        rows = _steps(messages, reward, ids, {"group_index": group, **layout}, extra, path, where, "messages")
+        yield from located(rows, path, where)
 
 
 def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -242,7 +246,8 @@ def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 extra["group_fields"] = group_fields
             ids = (f"{path}:g{group}", f"{path}:g{group}/t{k}")
             columns = {"group_index": group, **layout}
-            yield from _steps(messages, reward, ids, columns, extra, path, here, "messages_and_choices")
+            rows = _steps(messages, reward, ids, columns, extra, path, here, "messages_and_choices")
+            yield from located(rows, path, where)
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:

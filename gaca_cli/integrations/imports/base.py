@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,37 @@ class SourceError(GacaError):
         super().__init__(": ".join([*parts, rule]), file=str(file))
 
 
+class Located(dict):
+    """A row that knows the source record it came from (`file`, and `where` in it: "line 3",
+    "row 7"), so that what the import finds after the format has read the record (a field whose
+    type changes from one record to the next, say) names the file and the line as well."""
+
+    __slots__ = ("file", "where")
+
+    file: str | os.PathLike
+    where: str | None
+
+
+def locate(row: dict[str, Any], file: str | os.PathLike, where: str | None) -> dict[str, Any]:
+    """`row` as a `Located` row from `where` in `file`."""
+    located = row if isinstance(row, Located) else Located(row)
+    located.file, located.where = file, where
+    return located
+
+
+def located(rows: Iterable[dict[str, Any]], file: str | os.PathLike, where: str | None) -> Iterator[dict[str, Any]]:
+    """Each of `rows` (the rows of one source record) as a `Located` row."""
+    for row in rows:
+        yield locate(row, file, where)
+
+
+def origin(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(file, where) of a `Located` row; (None, None) for another."""
+    if isinstance(row, Located):
+        return str(row.file), row.where
+    return None, None
+
+
 def is_scalar(value: Any) -> bool:
     """A value that becomes its own column (a string, number, boolean or null); anything else
     (lists, objects) goes into the JSON column `extra`."""
@@ -84,6 +115,39 @@ def split_fields(items: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict
     for key, value in items:
         (own if is_scalar(value) else nested)[key] = value
     return own, nested
+
+
+def keep_columns(
+    own: Mapping[str, Any],
+    file: str | os.PathLike,
+    where: str | None,
+    written: Container[str],
+    prefixes: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """A record's scalar fields for their own columns, under their names, except one named like
+    a column the format writes (one of `written`, or starting with one of `prefixes`): that one
+    is kept as `source_<name>`. A record that also has a field `source_<name>` of its own is a
+    SourceError naming the field: the two cannot share the column, and neither is dropped."""
+
+    def renamed(key: str) -> bool:
+        return key in written or key.startswith(prefixes)
+
+    kept: dict[str, Any] = {}
+    for key, value in own.items():
+        if not renamed(key):
+            kept[key] = value
+            continue
+        name = f"source_{key}"
+        if name in own and not renamed(name):
+            raise SourceError(
+                file,
+                where,
+                key,
+                f"is kept as '{name}' because gaca writes a column '{key}', but the record also gives "
+                f"'{name}'; rename one of the two in the source",
+            )
+        kept[name] = value
+    return kept
 
 
 def text_of(content: Any) -> str:
@@ -136,28 +200,62 @@ def split_chat(
             context.append(_message(m))
 
 
+def _utf8_error(text: str) -> int | None:
+    """The position of the first byte that is not UTF-8 in `text` (read with
+    `errors="surrogateescape"`, which keeps such a byte as a lone surrogate), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def _not_utf8(path: str | os.PathLike, text: str, bad: int, first_line: int = 1) -> SourceError:
+    """The error for a line or document that is not UTF-8 text: its line, the first bad byte,
+    and a hint when the file is Parquet (which the JSON formats do not read)."""
+    line = first_line + text.count("\n", 0, bad)
+    column = bad - (text.rfind("\n", 0, bad) + 1) + 1
+    byte = ord(text[bad]) - 0xDC00
+    hint = " (a Parquet file: this format reads JSON)" if first_line == 1 and text.startswith("PAR1") else ""
+    return SourceError(path, f"line {line}", None, f"not UTF-8 text (byte 0x{byte:02x} at column {column}){hint}")
+
+
+def _loads(text: str, path: str | os.PathLike, where: str | None) -> Any:
+    """`json.loads(text)`; text that is not JSON is a SourceError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        line = where or f"line {exc.lineno}"
+        raise SourceError(path, line, None, f"not valid JSON ({exc.msg})") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise SourceError(path, where, None, f"not valid JSON ({str(exc).split(':')[0]})") from None
+    except RecursionError:
+        raise SourceError(path, where, None, "not valid JSON (nested too deeply to read)") from None
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON value) for each non-blank line, read line by line. A line
-    that is not JSON is a SourceError naming it."""
-    with open(path, encoding="utf-8") as fh:
+    that is not UTF-8 text or not JSON is a SourceError naming it."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SourceError(path, f"line {number}", None, f"not valid JSON ({exc.msg})") from None
+            bad = _utf8_error(line)
+            if bad is not None:
+                raise _not_utf8(path, line, bad, number)
+            if line.strip():
+                yield number, _loads(line, path, f"line {number}")
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    """A whole JSON document (for formats that write one small file per episode)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise SourceError(path, f"line {exc.lineno}", None, f"not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError:
-        raise SourceError(path, None, None, "not UTF-8 text") from None
+    """A whole JSON document (for formats that write one small file per episode). A file that
+    is not UTF-8 text or not JSON is a SourceError naming the line."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        text = fh.read()
+    bad = _utf8_error(text)
+    if bad is not None:
+        raise _not_utf8(path, text, bad)
+    return _loads(text, path, None)
 
 
 def iter_parquet_rows(
@@ -171,13 +269,29 @@ def iter_parquet_rows(
         pf = open_parquet(str(path))  # page checksums verified where the file has them
         row = 0
         for batch in pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None):
-            for record in batch.to_pylist():
+            try:
+                records = batch.to_pylist()
+            except UnicodeDecodeError:
+                raise _bad_text(path, batch, row) from None
+            for record in records:
                 yield row, record
                 row += 1
     except READ_ERRORS as exc:
         first = str(exc).strip().splitlines()
         reason = first[0] if first else type(exc).__name__
         raise SourceError(path, None, None, f"not a readable Parquet file ({reason})") from None
+
+
+def _bad_text(path: str | os.PathLike, batch: Any, first_row: int) -> SourceError:
+    """The error for a record batch with a string that is not UTF-8: its first such value's
+    row and column (found value by value, only when there is one)."""
+    for name, column in zip(batch.schema.names, batch.columns):
+        for i in range(len(column)):
+            try:
+                column[i].as_py()
+            except UnicodeDecodeError:
+                return SourceError(path, f"row {first_row + i}", name, "not UTF-8 text")
+    return SourceError(path, None, None, "not UTF-8 text")
 
 
 def require(record: Mapping[str, Any], key: str, file: str | os.PathLike, where: str, kinds: type | tuple) -> Any:
@@ -194,7 +308,7 @@ def require(record: Mapping[str, Any], key: str, file: str | os.PathLike, where:
     return value
 
 
-def number(value: Any, file: str | os.PathLike, where: str, key: str) -> float:
+def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> float:
     """A finite-or-not float from a JSON number (bool refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SourceError(file, where, key, f"must be a number, got {json.dumps(value, default=str)[:40]}")

@@ -23,6 +23,9 @@ from gaca_cli.integrations.imports.base import (
     ImportOptions,
     SourceError,
     iter_jsonl,
+    keep_columns,
+    locate,
+    located,
     number,
     split_chat,
     split_fields,
@@ -66,6 +69,9 @@ INFO = FormatInfo(
 )
 
 
+EXTRA = "extra"
+
+
 def _field(options: ImportOptions, name: str) -> str:
     return options.field_map.get(name, name)
 
@@ -76,9 +82,12 @@ def _id(value: Any, path: Path, where: str, key: str) -> str:
     return str(value)
 
 
-def _rest(record: Mapping[str, Any], used: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The record's other fields: scalars as their own columns, nested values in `extra`."""
-    return split_fields((key, value) for key, value in record.items() if key not in used)
+def _rest(record: Mapping[str, Any], used: set[str], path: Path, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record's other fields: scalars as their own columns, nested values in `extra`. A
+    scalar field named `extra` is kept as `source_extra` (the column `extra` holds the nested
+    fields); one beside a field `source_extra` is an error (see `keep_columns`)."""
+    own, nested = split_fields((key, value) for key, value in record.items() if key not in used)
+    return keep_columns(own, path, where, {EXTRA}), nested
 
 
 def _with_rest(row: dict[str, Any], own: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +142,7 @@ def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: Impor
     done = record.get(f["done"], True)
     if not isinstance(done, bool):
         raise SourceError(path, where, f["done"], f"must be true or false, got {done!r:.40}")
-    own, extra = _rest(record, set(f.values()))
+    own, extra = _rest(record, set(f.values()), path, where)
     for i, (context, action, _message) in enumerate(turns):
         row = {
             "group_id": group_id,
@@ -189,7 +198,7 @@ def _step(
         if not isinstance(record[f["done"]], bool):
             raise SourceError(path, where, f["done"], f"must be true or false, got {record[f['done']]!r:.40}")
         row["done"] = record[f["done"]]
-    own, extra = _rest(record, set(f.values()))
+    own, extra = _rest(record, set(f.values()), path, where)
     return _with_rest(row, own, extra)
 
 
@@ -203,9 +212,9 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
             if not isinstance(record, Mapping):
                 raise SourceError(path, f"line {line}", None, f"expected a JSON object, got {type(record).__name__}")
             if action in record:
-                yield _step(record, path, line, options, counters)
+                yield locate(_step(record, path, line, options, counters), path, f"line {line}")
             elif messages in record:
-                yield from _trajectory(record, path, line, options)
+                yield from located(_trajectory(record, path, line, options), path, f"line {line}")
             else:
                 raise SourceError(
                     path,

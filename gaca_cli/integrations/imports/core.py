@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.integrations.imports import FORMATS, format_module
-from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, expand_sources
+from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, expand_sources, origin
 
 # the Arrow type of every column the schema knows (docs/log-schema.md)
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.large_string())])
@@ -58,8 +58,10 @@ class _Parts:
     """The part files written so far and what they hold."""
 
     directory: Path
+    label: str  # the sources as given, named by errors about rows that do not say their file
     files: list[Path] = field(default_factory=list)
     schemas: list[pa.Schema] = field(default_factory=list)
+    schema: pa.Schema | None = None  # the parts' schemas unified so far
     rows: int = 0
     order: dict[str, None] = field(default_factory=dict)  # column names in first-seen order
     renamed: dict[str, str] = field(default_factory=dict)  # source field -> column it was kept as
@@ -69,19 +71,41 @@ def _row_label(row: Mapping[str, Any]) -> str:
     return f"({row.get('traj_id')}, {row.get('step_idx')})"
 
 
+def _row_error(row: Mapping[str, Any], label: str, name: str, rule: str) -> GacaError:
+    """An error about field `name` of one row: naming the file and line (or row) of the source
+    record it came from where the format says (see `base.Located`), else the sources and the
+    row's (traj_id, step_idx)."""
+    file, where = origin(row)
+    if file is None:
+        return GacaError(rule, file=label, column=name, rows=[_row_label(row)])
+    return SourceError(file, where, name, rule)
+
+
 def _written_by_gaca() -> frozenset[str]:
     from gaca_cli.log.schema import OUTPUT_COLUMNS
 
     return frozenset(c.name for cols in OUTPUT_COLUMNS.values() for c in cols)
 
 
-def _normalise(row: dict[str, Any], reserved: frozenset[str], renamed: dict[str, str]) -> tuple[dict[str, Any], int]:
+def _normalise(
+    row: dict[str, Any], reserved: frozenset[str], renamed: dict[str, str], label: str
+) -> tuple[dict[str, Any], int]:
     """The row with `extra` as JSON text and a source field named like a column gaca writes
     renamed `source_<name>` (the commands would replace it; noted in `renamed`), and its
-    approximate size in bytes."""
+    approximate size in bytes. A row that also has a field `source_<name>` is an error: one of
+    the two would be lost."""
     for key in [k for k in row if k in reserved]:
-        row[f"source_{key}"] = row.pop(key)
-        renamed[key] = f"source_{key}"
+        target = f"source_{key}"
+        if target in row:
+            raise _row_error(
+                row,
+                label,
+                key,
+                f"is kept as '{target}' because gaca writes a column '{key}', but the record also gives "
+                f"'{target}'; rename one of the two in the source",
+            )
+        row[target] = row.pop(key)
+        renamed[key] = target
     extra = row.get(EXTRA)
     if extra is not None and not isinstance(extra, str):
         row[EXTRA] = json.dumps(extra, sort_keys=True, default=str, ensure_ascii=False)
@@ -96,7 +120,7 @@ def _normalise(row: dict[str, Any], reserved: frozenset[str], renamed: dict[str,
     return row, size
 
 
-def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_name: str) -> pa.Array:
+def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_name: str, label: str) -> pa.Array:
     """One column of a batch: the schema's type for a known column, an inferred one otherwise."""
     target = KNOWN_TYPES.get(name)
     try:
@@ -112,22 +136,52 @@ def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_nam
             pa.array([value], type=target) if target is not None else pa.array([first, value])
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
             want = f"the schema's {target}" if target is not None else f"the type of its earlier values ({first!r:.40})"
-            raise GacaError(
-                f"the {format_name} source gives {value!r:.60} here, which does not fit {want}",
-                column=name,
-                rows=[_row_label(row)],
+            raise _row_error(
+                row,
+                label,
+                name,
+                f"the {format_name} source gives {value!r:.60} here, which does not fit {want}; "
+                "a field must have one type in every record",
             ) from None
-    raise GacaError(f"the {format_name} source's values cannot be stored in one column", column=name)
+    raise GacaError(f"the {format_name} source's values cannot be stored in one column", file=label, column=name)
 
 
-def _batch_table(rows: list[dict[str, Any]], order: Mapping[str, None], format_name: str) -> pa.Table:
+def _batch_table(rows: list[dict[str, Any]], order: Mapping[str, None], format_name: str, label: str) -> pa.Table:
     names = list(order)
-    arrays = [_column(name, [r.get(name) for r in rows], rows, format_name) for name in names]
+    arrays = [_column(name, [r.get(name) for r in rows], rows, format_name, label) for name in names]
     return pa.Table.from_arrays(arrays, names=names)
 
 
+def _unify(earlier: pa.Schema, table: pa.Table, rows: list[dict[str, Any]], format_name: str, label: str) -> pa.Schema:
+    """`earlier` (the batches before) unified with the schema of the batch `table`; a field
+    whose values in this batch have a type its earlier values' cannot take names the batch's
+    first row that gives it."""
+    try:
+        return pa.unify_schemas([earlier, table.schema], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    for name in table.column_names:
+        if name not in earlier.names:
+            continue
+        before = pa.schema([earlier.field(name)])
+        try:
+            pa.unify_schemas([before, pa.schema([table.schema.field(name)])], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            row = next(r for r in rows if r.get(name) is not None)
+            raise _row_error(
+                row,
+                label,
+                name,
+                f"the {format_name} source gives {row[name]!r:.60} here, which does not fit the type of its "
+                f"earlier values ({earlier.field(name).type}); a field must have one type in every record",
+            ) from None
+    raise GacaError("the source's values of one field have types that do not agree", file=label)
+
+
 def _write_part(parts: _Parts, rows: list[dict[str, Any]], format_name: str) -> None:
-    table = _batch_table(rows, parts.order, format_name)
+    table = _batch_table(rows, parts.order, format_name, parts.label)
+    earlier = parts.schema
+    parts.schema = table.schema if earlier is None else _unify(earlier, table, rows, format_name, parts.label)
     path = parts.directory / f"part-{len(parts.files):06d}.parquet"
     pq.write_table(table, path, compression="none")
     parts.files.append(path)
@@ -140,7 +194,7 @@ def _stream_parts(rows: Iterable[dict[str, Any]], parts: _Parts, format_name: st
     size = 0
     reserved = _written_by_gaca()
     for row in rows:
-        row, n = _normalise(row, reserved, parts.renamed)
+        row, n = _normalise(row, reserved, parts.renamed, parts.label)
         for key in row:
             if key not in parts.order:
                 parts.order[key] = None
@@ -165,7 +219,9 @@ def _unified_schema(parts: _Parts) -> pa.Schema:
     try:
         schema = pa.unify_schemas(parts.schemas, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise GacaError(f"the source's values of one field have types that do not agree ({exc})") from None
+        raise GacaError(
+            f"the source's values of one field have types that do not agree ({exc})", file=parts.label
+        ) from None
     return pa.schema([schema.field(n) for n in _column_order(schema.names)])
 
 
@@ -238,7 +294,7 @@ def run_import(
     name = Path(out).name if out is not None else "import"
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=work_dir))
     try:
-        parts = _Parts(directory=tmp)
+        parts = _Parts(directory=tmp, label=label)
         _stream_parts(module.read(files, options), parts, format_name)
         if parts.rows == 0:
             raise GacaError(f"no records found for format {format_name}", file=label)

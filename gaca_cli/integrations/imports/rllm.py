@@ -33,6 +33,7 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     action_text,
     is_scalar,
+    located,
     number,
     read_json,
     text_of,
@@ -292,4 +293,4 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     for path in files:
         if path.name == SUMMARY:
             continue
-        yield from _episode(path, read_json(path))
+        yield from located(_episode(path, read_json(path)), path, None)

@@ -31,13 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     is_scalar,
     iter_jsonl,
+    keep_columns,
+    locate,
+    located,
     number,
     require,
+    split_fields,
 )
 
 INFO = FormatInfo(
@@ -116,10 +121,10 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
                 )
             if kind == "generator output":
                 kind_seen = kind
-                yield from _generator_rows(path, where, line, record, open_steps, ended)
+                yield from located(_generator_rows(path, where, line, record, open_steps, ended), path, where)
             elif kind == "eval dump":
                 kind_seen = kind
-                yield _eval_row(path, where, line, record)
+                yield locate(_eval_row(path, where, line, record), path, where)
             else:
                 raise SourceError(
                     path,
@@ -146,10 +151,9 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
     extra: dict[str, Any] = {}
     if isinstance(record["score"], list):
         extra["score"] = record["score"]
-    for key, value in record.items():
-        if key in _EVAL_FIELDS:
-            continue
-        _keep(row, extra, key, value)
+    own, nested = split_fields((key, value) for key, value in record.items() if key not in _EVAL_FIELDS)
+    row.update(keep_columns(own, path, where, SCHEMA_COLUMNS))  # a field named like a column: source_<name>
+    extra.update(nested)
     if extra:
         row["extra"] = extra
     return row

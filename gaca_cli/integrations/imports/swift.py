@@ -23,10 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     iter_jsonl,
+    keep_columns,
+    locate,
+    located,
     number,
     read_json,
     split_fields,
@@ -65,6 +69,10 @@ INFO = FormatInfo(
 HEAD = ("prompt", "completion")
 STEP_KEYS = ("step", "gen_step")
 ADVANTAGES = "advantages"
+REWARD_PREFIX = "reward_"
+#: the columns a row of this format has: a logged column of one of these names (or named
+#: reward_*) is kept as source_<name>
+WRITTEN = frozenset({*SCHEMA_COLUMNS, "training_step", "source_advantage"})
 #: the arguments file ms-swift writes in the run's output directory
 ARGS = "args.json"
 
@@ -103,7 +111,10 @@ def _run_weights(path: Path) -> tuple[float, ...] | None:
         return None
     if not isinstance(weights, list):
         raise SourceError(args_file, None, "reward_weights", f"must be a list of numbers, got {weights!r:.40}")
-    return tuple(number(w, args_file, "", "reward_weights") for w in weights)
+    values = tuple(number(w, args_file, None, "reward_weights") for w in weights)
+    if not all(math.isfinite(w) for w in values):
+        raise SourceError(args_file, None, "reward_weights", f"must be finite numbers, got {weights!r:.40}")
+    return values
 
 
 def _weights(
@@ -175,9 +186,9 @@ def _table(
             "source_advantage": _reward_value(record[ADVANTAGES][i], path, here, ADVANTAGES),
         }
         for f, v in zip(functions, values):
-            row[f"reward_{f}"] = v
+            row[f"{REWARD_PREFIX}{f}"] = v
         own, extra = split_fields((key_, record[key_][i]) for key_ in others)
-        row.update(own)
+        row.update(keep_columns(own, path, here, WRITTEN, (REWARD_PREFIX,)))
         if extra:
             row["extra"] = extra
         yield row
@@ -207,7 +218,7 @@ def _row(record: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
     own, extra = split_fields(
         (key, value) for key, value in record.items() if key not in ("gen_step", "prompt", "completion", "reward")
     )
-    row.update(own)
+    row.update(keep_columns(own, path, where, WRITTEN, (REWARD_PREFIX,)))
     if extra:
         row["extra"] = extra
     return row
@@ -227,6 +238,6 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
                 if record == previous:
                     continue
                 previous = record
-                yield from _table(record, path, line, options, run)
+                yield from located(_table(record, path, line, options, run), path, f"line {line}")
             else:
-                yield _row(record, path, line)
+                yield locate(_row(record, path, line), path, f"line {line}")

@@ -41,6 +41,8 @@ from gaca_cli.integrations.imports.base import (
     ImportOptions,
     SourceError,
     iter_parquet_rows,
+    keep_columns,
+    locate,
     split_chat,
     split_fields,
     text_of,
@@ -159,12 +161,13 @@ def _reward(
     return total, per_function
 
 
-def _kept(record: Mapping[str, Any], others: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _kept(
+    record: Mapping[str, Any], others: Sequence[str], path: Path, where: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The table's other columns (log_extra): scalars as their own columns (renamed
     `source_<name>` where the name is one this format writes), nested values for `extra`."""
     own, extra = split_fields((name, record[name]) for name in others)
-    renamed = {f"source_{k}" if k in WRITTEN or k.startswith(REWARD_PREFIX) else k: v for k, v in own.items()}
-    return renamed, extra
+    return keep_columns(own, path, where, WRITTEN, (REWARD_PREFIX,)), extra
 
 
 def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -224,7 +227,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
                 )
             total, per_function = _reward(record, reward_columns, weights, path, where, hint)
             steps, extra = _steps(record[PROMPT], record[COMPLETION], path, where)
-            own, nested = _kept(record, others)
+            own, nested = _kept(record, others, path, where)
             extra.update(nested)
             group_id = f"{label}/{_group_key(step, record[PROMPT])}"
             last = len(steps) - 1
@@ -243,4 +246,4 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
                 }
                 if extra and k == last:
                     out["extra"] = extra
-                yield out
+                yield locate(out, path, where)

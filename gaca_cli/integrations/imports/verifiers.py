@@ -31,14 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     is_scalar,
     iter_jsonl,
+    keep_columns,
+    located,
     number,
     read_json,
     split_chat,
+    split_fields,
     text_of,
 )
 
@@ -97,11 +101,11 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
         run_columns: dict[str, Any] | None = None  # metadata.json, read at the first 0.3 line
         for line, record in iter_jsonl(path):
             if isinstance(record, Mapping) and "traces" in record and "example_id" not in record:
-                yield from _episode_rows(path, line, record)
+                yield from located(_episode_rows(path, line, record), path, f"line {line}")
                 continue
             if run_columns is None:
                 run_columns = _run_columns(path)
-            yield from _rollout_rows(path, f"line {line}", line, record, run_columns)
+            yield from located(_rollout_rows(path, f"line {line}", line, record, run_columns), path, f"line {line}")
 
 
 def _run_columns(path: Path) -> dict[str, Any]:
@@ -138,11 +142,15 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     }
     for name, value in metrics.items():
         common[f"metric_{name}"] = None if value is None else number(value, path, where, f"metrics.{name}")
-    extra: dict[str, Any] = {}
-    for key, value in record.items():
-        if key in _MAPPED or (key in metrics and value == metrics[key]):
-            continue  # mapped, or a metric repeated at the top level
-        (common if is_scalar(value) else extra)[key] = value
+    # the other fields (not mapped, nor a metric repeated at the top level); one named like a
+    # column these rows have is kept as source_<name>
+    own, extra = split_fields(
+        (key, value)
+        for key, value in record.items()
+        if key not in _MAPPED and not (key in metrics and value == metrics[key])
+    )
+    written = {*SCHEMA_COLUMNS, *common}
+    common.update(keep_columns(own, path, where, written, ("metric_",)))
     completed = record.get("is_completed", True)
     done = completed if isinstance(completed, bool) else True
 
@@ -164,7 +172,7 @@ def _decoded_tool_calls(message: Mapping[str, Any]) -> Mapping[str, Any]:
     for call in calls:
         try:
             parsed.append(json.loads(call) if isinstance(call, str) else call)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON (or too large to read): kept as text
             parsed.append(call)
     return {**message, "tool_calls": parsed}
 

@@ -54,6 +54,8 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     is_scalar,
     iter_jsonl,
+    locate,
+    located,
     split_fields,
 )
 from gaca_cli.log import columns as C
@@ -228,7 +230,7 @@ def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[t
             raise SourceError(
                 path, where, None, "an agent-loop record in a rollout dump file: keep them in files apart"
             )
-        row = _dump_row(record, path, where, label, line)
+        row = locate(_dump_row(record, path, where, label, line), path, where)
         session = _session(record.get(UID))
         if session is None:
             if UID in record:
@@ -394,7 +396,7 @@ def _read_trajectories(
             raise SourceError(
                 path, where, RESPONSE_MASK, "missing: a rollout dump record in an agent-loop file: keep them apart"
             )
-        yield from _read_trajectory(record, path, where, label, line)
+        yield from located(_read_trajectory(record, path, where, label, line), path, where)
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:

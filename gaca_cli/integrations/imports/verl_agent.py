@@ -24,6 +24,7 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     iter_jsonl,
     iter_parquet_rows,
+    locate,
 )
 from gaca_cli.log import columns as C
 
@@ -110,7 +111,7 @@ def _check(record: Any, path: Path, where: str) -> dict[str, Any]:
     if isinstance(extra, str):
         try:
             row["extra"] = json.loads(extra)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or too large or deeply nested to read
             raise SourceError(path, where, "extra", "must be JSON text") from None
     return row
 
@@ -120,7 +121,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     for path in files:
         if path.suffix == ".jsonl":
             for line, record in iter_jsonl(path):
-                yield _check(record, path, f"line {line}")
+                yield locate(_check(record, path, f"line {line}"), path, f"line {line}")
         else:
             for row, record in iter_parquet_rows(path):
-                yield _check(record, path, f"row {row}")
+                yield locate(_check(record, path, f"row {row}"), path, f"row {row}")
