@@ -141,7 +141,13 @@ def config_options(config_class: type[T]) -> Callable[[Callable[..., Any]], Call
             values = {f.name: given.pop(f.name) for f in fields}
             for f in fields:
                 if _is_str_tuple(hints[f.name]):
-                    values[f.name] = split_list(values[f.name])
+                    given_text = values[f.name]
+                    values[f.name] = split_list(given_text)
+                    if given_text is not None and not values[f.name]:  # "," or "": not the same as leaving it out
+                        raise typer.BadParameter(
+                            f"{given_text!r} names nothing; use a comma-separated list of names",
+                            param_hint=" / ".join(f"'{n}'" for n in names_of(f)),
+                        )
             return command(options=ConfigOptions(config_class, values), **given)
 
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
