@@ -306,7 +306,8 @@ def gaca_blend(z: np.ndarray, gigpo: Advantages, config: AdvantagesConfig) -> tu
             config.lambda_max,
             omega,
         )
-    lam = np.clip(lam_bar + config.beta * z, config.lambda_min, config.lambda_max)
+    with np.errstate(over="ignore"):  # β·z past the float range (β = 1e308) is ±inf: clipped to a bound
+        lam = np.clip(lam_bar + config.beta * z, config.lambda_min, config.lambda_max)
     lam[gigpo.step_group_size == 1] = lam_bar
     adv = gigpo.advantage + (1.0 + omega) * (lam - lam_bar) * (gigpo.adv_step - gigpo.adv_episode)
     return lam, adv

@@ -97,6 +97,21 @@ def test_a_batch_through_both_paths(monkeypatch, params, seed, shuffle):
     assert_same_run(*run_both(monkeypatch, table, AdvantagesConfig(**params)))
 
 
+def test_a_huge_beta_clips_without_warnings(monkeypatch):
+    """β = 1e308 is a valid (finite) β: β·z overflows to ±inf, which the clip takes to λ_min
+    or λ_max, with no numpy overflow warning, and both paths give the same bits."""
+    import warnings
+
+    table = rollout_table(3, n_groups=40, shuffle=True)
+    config = AdvantagesConfig(method="gaca", beta=1e308, lambda_min=0.1, lambda_max=0.8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runs = run_both(monkeypatch, table, config)
+    assert_same_run(*runs)
+    lam = runs[0].new_columns.column("gaca_weight").to_numpy()
+    assert set(np.unique(lam)) <= {0.1, 0.5, 0.8} and {0.1, 0.8} <= set(np.unique(lam))
+
+
 @pytest.mark.parametrize("seed", range(16))
 @pytest.mark.parametrize("method", ["grpo", "gigpo", "gaca"])
 def test_random_logs_through_both_paths(monkeypatch, seed, method):
