@@ -603,14 +603,8 @@ def score_shard(
 ) -> dict:
     """Score this rank's trajectories chunk by chunk into `work_dir`, skipping the chunks that
     are already there. Returns this run's counters (`resumed_chunks`, `tokens_this_run`)."""
-    from gaca_cli.lm.tokenization import (
-        FROM_MESSAGES,
-        FROM_PROMPT,
-        FROM_TOKEN_IDS,
-        check_positions,
-        rows_text,
-        tokenize_steps,
-    )
+    from gaca_cli.lm.tokenization import FROM_MESSAGES, FROM_PROMPT, FROM_TOKEN_IDS, check_positions, tokenize_steps
+    from gaca_cli.log.checks import rows_text
 
     rank_of = shard_trajectories(trajectory_costs(log, index), world) if world > 1 else np.zeros(index.n_traj, np.int64)
     mine = np.flatnonzero(rank_of == rank)

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
+from gaca_cli.log.checks import rows_text
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.io import Log
 
@@ -47,17 +48,6 @@ class StepTokens:
     action: list[np.ndarray]
     source: np.ndarray
     prefix_mismatch: np.ndarray
-
-
-def rows_text(table: pa.Table, rows: np.ndarray) -> list[str]:
-    """`(traj_id, step_idx)` of up to five original rows, for error messages."""
-    rows = np.asarray(rows[:5], dtype=np.int64)
-    if len(rows) == 0:
-        return []
-    sel = pa.array(rows)
-    tids = table.column(C.TRAJ_ID).take(sel).to_pylist()
-    steps = table.column(C.STEP_IDX).take(sel).to_pylist()
-    return [f"({t}, {s})" for t, s in zip(tids, steps)]
 
 
 def _error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:

@@ -42,7 +42,7 @@ from gaca_cli import __version__
 from gaca_cli.errors import GacaError
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import advantage_problem, prepare_log
+from gaca_cli.log.checks import advantage_problem, prepare_log, rows_text
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log
@@ -104,22 +104,12 @@ class TrainData:
         return h.hexdigest()[:16]
 
 
-def _row_refs(log: Log, rows: np.ndarray) -> list[str]:
-    rows = np.asarray(rows[:5], dtype=np.int64)
-    if len(rows) == 0:
-        return []
-    sel = pa.array(rows)
-    tids = log.table.column(C.TRAJ_ID).take(sel).to_pylist()
-    steps = log.table.column(C.STEP_IDX).take(sel).to_pylist()
-    return [f"({t}, {s})" for t, s in zip(tids, steps)]
-
-
 def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
     return GacaError(
         rule,
         file=log.files_of_rows(rows) if len(rows) else log.source,
         column=log.original_name(column),
-        rows=_row_refs(log, rows),
+        rows=rows_text(log.table, rows),
         n_rows=len(rows),
     )
 

@@ -31,7 +31,8 @@ class Inspection:
     index: TrajectoryIndex | None = None
 
 
-def _rows_text(table: pa.Table, rows: np.ndarray) -> list[str]:
+def rows_text(table: pa.Table, rows: np.ndarray) -> list[str]:
+    """`(traj_id, step_idx)` of up to five rows of `table`, for error messages."""
     rows = np.asarray(rows[:5])
     if len(rows) == 0:
         return []
@@ -47,7 +48,7 @@ def _violation(log: Log, column: str, rule: str, rows: np.ndarray | None = None)
         rule,
         file=log.files_of_rows(rows) if len(rows) else log.source,
         column=log.original_name(column),
-        rows=_rows_text(log.table, rows),
+        rows=rows_text(log.table, rows),
         n_rows=len(rows),
     )
 
