@@ -114,9 +114,14 @@ def criticality(log: Log, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
             u = -total / lengths if config.nll_reduce == "mean" else -total
         u = np.where(lengths > 0, u, np.nan)
         return u, C.BEHAVIOR_LOGPROBS
+    other = C.NLL_SUM if wanted == C.NLL_MEAN else C.NLL_MEAN
+    fix = (
+        f"this log has '{other}': use --nll-reduce {'sum' if other == C.NLL_SUM else 'mean'}, or run `gaca score` again"
+        if other in table.column_names
+        else "run `gaca score` first"
+    )
     raise GacaError(
-        f"--nll-reduce {config.nll_reduce} needs column '{wanted}' (or behavior_logprobs and no NLL column); "
-        "run `gaca score` first",
+        f"--nll-reduce {config.nll_reduce} needs column '{wanted}' (or behavior_logprobs and no NLL column); {fix}",
         file=log.source,
         column=wanted,
     )

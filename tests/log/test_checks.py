@@ -352,6 +352,21 @@ def test_gaca_hint_names_score_and_columns(tmp_path):
     assert_one_error_line(res.stderr, "nll_mean", "nll_sum", "behavior_logprobs", "gaca score")
 
 
+@pytest.mark.parametrize("present,reduce,hint", [("nll_sum", "mean", "sum"), ("nll_mean", "sum", "mean")])
+def test_the_other_nll_column_is_suggested(tmp_path, present, reduce, hint):
+    """A log scored with only one NLL column, asked for the other reduction: the error names
+    the column wanted, the one the log has, and the option value that uses it."""
+    rows = base_rows()
+    rows[present] = [1.0 + i for i in range(len(rows["traj_id"]))]
+    log = write_log(tmp_path / "log.parquet", rows, {"nll_sum": pa.float64(), "nll_mean": pa.float64()})
+    args = ["advantages", str(log), "--method", "gaca", "--nll-reduce", reduce, "-o", str(tmp_path / "o.parquet")]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1
+    wanted = "nll_mean" if present == "nll_sum" else "nll_sum"
+    assert_one_error_line(res.stderr, f"needs column '{wanted}'", f"this log has '{present}'", f"--nll-reduce {hint}")
+    assert runner.invoke(app, [*args[:5], hint, *args[6:]]).exit_code == 0
+
+
 def test_anchor_hint_names_both_columns(tmp_path):
     log = _malformed(tmp_path, _drop("anchor_obs"), {})
     res = runner.invoke(app, ["advantages", str(log), "--method", "gigpo", "-o", str(tmp_path / "o.parquet")])
