@@ -95,7 +95,7 @@ def test_every_value_of_the_to_dict_files():
                 assert row.get("prompt_token_ids") == (step["prompt_ids"] or None)
                 assert row.get("action_token_ids") == (step["response_ids"] or None)
                 assert row.get("behavior_logprobs") == (step["logprobs"] or None)
-                assert row.get("advantage") == step["advantage"]
+                assert row.get("source_advantage") == step["advantage"]
                 assert row["mc_return"] == step["mc_return"]
                 assert row.get("weight_version") == step["weight_version"]
                 extra = row["extra"]
@@ -172,6 +172,115 @@ def test_a_trajectory_without_a_reward_returns_the_sum_of_its_steps(tmp_path):
     assert [r["episode_reward"] for r in read(path)] == [1.25, 1.25, 1.25]
 
 
+def _changed(tmp_path: Path, change, source: Path = TO_DICT / "lake-3_0.json") -> Path:
+    """An episode file rLLM wrote, loaded, changed by `change(episode)` and written again."""
+    episode = json.loads(source.read_text())
+    change(episode)
+    path = tmp_path / source.name
+    path.write_text(json.dumps(episode))
+    return path
+
+
+def test_step_fields_named_like_gaca_columns_are_kept_as_source_names(tmp_path):
+    """A step's scalar `extra` and its fields named like gaca's columns are kept as
+    source_<name>; gaca's own values (and the JSON column `extra`) stay what they are."""
+    mine = {"extra": "note", "traj_id": "t-9", "step_idx": 7, "group_id": "g-1", "episode_reward": 0.5}
+
+    def change(e: dict) -> None:
+        e["trajectories"][0]["steps"][0].update(mine)
+
+    path = _changed(tmp_path, change)
+    row = read(path)[0]
+    assert {k: row[f"source_{k}"] for k in mine} == mine
+    assert (row["traj_id"], row["step_idx"], row["episode_reward"]) == (f"{path}:t0", 0, 1.0)
+    assert row["group_id"] == f"{tmp_path}/lake-3:frozenlake_agent"
+    assert row["extra"]["step"] == {"info": {"timing": {"llm_s": 0.5}}}
+
+
+def test_each_levels_fields_keep_their_own_column(tmp_path):
+    """A scalar of one name at the episode, the trajectory and the step (rLLM's `task` given as
+    text at the two upper levels, a `score` at all three): the step's keeps the name, the
+    trajectory's is trajectory_<name>, the episode's episode_<name>, on every step."""
+
+    def change(e: dict) -> None:
+        e.update(task="2x2 lake, seed 3", score=0.9, reward=1.0)
+        e["trajectories"][0].update(task="2x2 lake, seed 3", score=0.8, done=True)
+        for i, step in enumerate(e["trajectories"][0]["steps"]):
+            step["score"] = float(i)
+
+    rows = read(_changed(tmp_path, change))
+    assert [r["score"] for r in rows] == [0.0, 1.0]
+    for row in rows:
+        assert (row["trajectory_score"], row["episode_score"]) == (0.8, 0.9)
+        assert row["trajectory_task"] == row["episode_task"] == "2x2 lake, seed 3"
+        assert row["trajectory_done"] is True and row["source_episode_reward"] == 1.0
+        assert row["episode_reward"] == 1.0  # the trajectory's reward, gaca's column
+        assert "task" not in row and "task" not in row["extra"]["trajectory"]
+    assert [r["done"] for r in rows] == [False, True]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "message"),
+    [
+        (
+            lambda e: _step(e, 1).update(source_advantage=0.25),
+            "advantage",
+            "is kept as 'source_advantage' because gaca writes a column 'advantage', but the record also gives "
+            "'source_advantage'; rename one of the two in the source",
+        ),
+        (
+            lambda e: _step(e, 1).update(extra="note", source_extra="other"),
+            "extra",
+            "is kept as 'source_extra' because gaca writes a column 'extra', but the record also gives "
+            "'source_extra'; rename one of the two in the source",
+        ),
+        (
+            lambda e: (e["trajectories"][0].update(score=0.8), _step(e, 1).update(trajectory_score=0.5)),
+            "trajectory_score",
+            "the trajectory's field 'score' is kept as 'trajectory_score', but the step also gives "
+            "'trajectory_score'; rename one of the two in the source",
+        ),
+    ],
+    ids=["advantage", "extra", "trajectory"],
+)
+def test_a_field_that_would_share_a_column_is_one_error(tmp_path, change, field, message):
+    """Two fields that would be kept as one column: the import stops with one line naming the
+    file, the step and the field, and writes nothing, rather than keep only one of them."""
+    path = _changed(tmp_path, change)
+    expected = f"{path}: trajectories[0].steps[1]: field '{field}': {message}"
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value) == expected
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "rllm", str(path), "-o", str(out)])
+    assert res.exit_code == 1
+    assert [line for line in res.output.splitlines() if line.startswith("Error:")] == [f"Error: {expected}"]
+    assert not out.exists()
+
+
+def test_the_renamed_columns_reach_the_log(tmp_path):
+    """End to end, from an EpisodeLogger file: the step's, trajectory's and episode's fields of
+    one name are three columns of the log."""
+
+    def change(e: dict) -> None:
+        e["session_id"] = "sess-1"
+        e["extra"] = "episode note"
+        e["trajectories"][0]["extra"] = "trajectory note"
+        e["trajectories"][0]["steps"][0]["extra"] = "step note"
+
+    path = _changed(tmp_path, change, episode_files(LOGGED)[0])
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "rllm", str(path), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    row = pq.read_table(out).to_pylist()[0]
+    assert (row["source_extra"], row["trajectory_extra"], row["episode_extra"]) == (
+        "step note",
+        "trajectory note",
+        "episode note",
+    )
+    assert json.loads(row["extra"])["episode"]["task"] == json.loads(path.read_text())["task"]
+
+
 def _broken(tmp_path: Path, change) -> Path:
     episode = json.loads((TO_DICT / "lake-3_1.json").read_text())
     change(episode)
@@ -243,7 +352,7 @@ def test_gaca_import_from_rllm_end_to_end(tmp_path):
             assert a[key] == b[key]
         assert a["action_token_ids"] == b.get("action_token_ids")
         assert a["behavior_logprobs"] == (pytest.approx(b["behavior_logprobs"]) if "behavior_logprobs" in b else None)
-        assert a["source_advantage"] == b.get("advantage")
+        assert a["source_advantage"] == b.get("source_advantage")
         assert json.loads(a["extra"]) == b["extra"]
 
 

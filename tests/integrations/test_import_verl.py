@@ -149,6 +149,51 @@ def test_a_record_without_reward_score_uses_score(tmp_path):
     assert read(path)[-1]["reward"] == 2.5
 
 
+def _write(path: Path, recs: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def test_fields_named_like_gaca_columns_are_kept_as_source_names(tmp_path):
+    """Reward extra info (dumps) and AgentLoopOutput fields (agent loop) named like gaca's own
+    columns: a scalar one is kept as source_<name>, a nested one in `extra` under its name."""
+    dump = records(ROLLOUT[0])
+    dump[0].update(extra="note", traj_id="t-7", reward=[0.5, 0.5])
+    row = read(_write(tmp_path / "1.jsonl", dump))[0]
+    assert (row["source_extra"], row["source_traj_id"]) == ("note", "t-7")
+    assert row["traj_id"] == "1/line1" and row["reward"] == dump[0]["score"]
+    assert row["extra"] == {"reward": [0.5, 0.5]}
+    agent = _agent_record(extra="note", done="yes")
+    rows = read(_write(tmp_path / "t.jsonl", [agent]))
+    assert all(r["source_extra"] == "note" and r["source_done"] == "yes" for r in rows)
+    assert [r["done"] for r in rows] == [False, False, True]
+
+
+@pytest.mark.parametrize("field", ["extra", "reward", "traj_id"])
+@pytest.mark.parametrize("kind", ["dump", "agent loop"])
+def test_a_field_beside_its_source_name_is_one_error(tmp_path, field, kind):
+    """`extra` and `source_extra` side by side cannot both be `source_extra`: the import stops
+    with one line naming the file, the line and the field, rather than keep one of them."""
+    if kind == "dump":
+        recs = records(ROLLOUT[0])
+        recs[2].update({field: "mine", f"source_{field}": "theirs"})
+        path = _write(tmp_path / "1.jsonl", recs)
+        line = 3
+    else:
+        path = _write(tmp_path / "t.jsonl", [records(AGENT)[0], _agent_record(**{field: 1, f"source_{field}": 2})])
+        line = 2
+    message = (
+        f"{path}: line {line}: field '{field}': is kept as 'source_{field}' because gaca writes a column "
+        f"'{field}', but the record also gives 'source_{field}'; rename one of the two in the source"
+    )
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value) == message
+    out = tmp_path / "out.parquet"
+    assert error_line(gaca("import", "--from", "verl", path, "-o", out)) == f"Error: {message}"
+    assert not out.exists()
+
+
 BAD_DUMP = [
     ({"score": "high"}, "field 'score': must be a number, got \"high\""),
     ({"step": 1.5}, "field 'step': must be an integer, got 1.5"),

@@ -16,6 +16,12 @@ rLLM (rllm-org/rllm; not on the package index) saves an episode as one JSON file
 
 An rLLM step is one model call: its `chat_completions` is the chat up to and including the
 model's answer, so the context is every message before the last and the action is the last.
+
+The fields not mapped are kept by level: nested ones in `extra` (`{"episode": ..., "trajectory":
+..., "step": ...}`), scalar ones as columns, a step's under its name, a trajectory's as
+`trajectory_<name>`, an episode's as `episode_<name>`; a name that is one of this format's
+columns then becomes `source_<name>`, and two fields that would still share a column are a
+SourceError naming the step and the field.
 """
 
 from __future__ import annotations
@@ -28,14 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     action_text,
-    is_scalar,
-    located,
+    keep_columns,
+    locate,
     number,
     read_json,
+    split_fields,
     text_of,
 )
 
@@ -70,6 +78,7 @@ INFO = FormatInfo(
         "episode_id": "episode_id (to_dict: id)",
         "traj_name": "trajectories[].name",
         "traj_uid": "trajectories[].uid",
+        "num_steps": "trajectories[].num_steps (EpisodeLogger)",
         "termination_reason": "termination_reason",
         "training_step": "training_step (EpisodeLogger)",
         "epoch": "epoch (EpisodeLogger)",
@@ -89,9 +98,10 @@ INFO = FormatInfo(
 #: the file EpisodeLogger.log_episodes_batch writes beside the episodes
 SUMMARY = "batch_summary.json"
 
-EPISODE_KEYS = {"id", "episode_id", "trajectories", "is_correct", "termination_reason", "training_step", "epoch"}
+EPISODE_KEYS = {"trajectories", "is_correct"}  # and the one of `id`, `episode_id` that is its id
 EPISODE_COLUMNS = ("termination_reason", "training_step", "epoch", "task_hash", "session_id")
 TRAJECTORY_KEYS = {"name", "uid", "reward", "steps"}
+TRAJECTORY_COLUMNS = ("num_steps",)
 STEP_KEYS = {
     "chat_completions",
     "model_response",
@@ -106,7 +116,15 @@ STEP_KEYS = {
     "mc_return",
     "advantage",
     "weight_version",
+    "model_output",
 }
+#: the columns a row of this format has (the schema's, and those it maps or derives), and
+#: `advantage`, gaca's: a step field of one of these names that is not the field mapped to it is
+#: kept as `source_<name>` (`advantage` too: rLLM's own), and so is an episode field whose
+#: `episode_<name>` is one of them (`episode_reward`, `episode_id`)
+WRITTEN = frozenset({*SCHEMA_COLUMNS, *INFO.mapped, *INFO.derived, "advantage"} - {"source_advantage"})
+#: what the scalar fields of a trajectory and of an episode that are not mapped are kept as
+LEVEL_PREFIX = {"trajectory": "trajectory_", "episode": "episode_"}
 
 
 def _text(value: Any) -> str | None:
@@ -116,16 +134,42 @@ def _text(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
 
 
-def _rest(record: Mapping[str, Any], used: set[str], row: dict[str, Any], extra: dict[str, Any]) -> None:
-    """The record's other fields: scalars become columns (unless the row has that name),
-    the rest goes to `extra` (empty objects and lists left out)."""
-    for key, value in record.items():
-        if key in used:
-            continue
-        if is_scalar(value) and key not in row:
-            row[key] = value
-        elif value not in ({}, [], None):
-            extra[key] = value
+#: a level's scalar fields as their columns: {column: (the field, its value)}
+Kept = dict[str, tuple[str, Any]]
+
+
+def _kept(fields: Mapping[str, Any], path: Path, where: str | None, level: str) -> tuple[Kept, dict[str, Any]]:
+    """A level's fields that are not mapped: (the scalars, as their columns; the nested ones, for
+    `extra` under their names, empty objects and lists left out). A step's scalar keeps its name,
+    a trajectory's and an episode's take their level's prefix (`trajectory_<name>`,
+    `episode_<name>`); then a name that is one of this format's columns becomes
+    `source_<name>`, and a step that also has a field of that name is a SourceError naming
+    it (`keep_columns`)."""
+    own, nested = split_fields(fields.items())
+    prefix = LEVEL_PREFIX.get(level, "")
+    named = {f"{prefix}{key}": key for key in own}
+    kept = keep_columns({column: own[key] for column, key in named.items()}, path, where, WRITTEN)
+    columns = {
+        column: (named[column] if column in named else named[column.removeprefix("source_")], value)
+        for column, value in kept.items()
+    }
+    return columns, {key: value for key, value in nested.items() if value not in ({}, [])}
+
+
+def _join(row: dict[str, Any], columns: Kept, level: str, path: Path, where: str) -> None:
+    """A trajectory's or an episode's kept columns added to the row of one of its steps (at
+    `where`); a step field of the same name (`trajectory_task` beside the trajectory's `task`)
+    is a SourceError naming it: the two cannot share the column."""
+    for column, (key, value) in columns.items():
+        if column in row:
+            raise SourceError(
+                path,
+                where,
+                column,
+                f"the {level}'s field '{key}' is kept as '{column}', but the step also gives "
+                f"'{column}'; rename one of the two in the source",
+            )
+        row[column] = value
 
 
 def _group_of(episode_id: str, episode: Mapping[str, Any]) -> str:
@@ -197,11 +241,12 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
         if step.get(key) is not None:
             row[key] = step[key]
     extra: dict[str, Any] = {}
+    others = {key: value for key, value in step.items() if key not in STEP_KEYS}
     advantage = step.get("advantage")
     if isinstance(advantage, list):
         extra["advantage"] = advantage
-    elif advantage is not None:
-        row["advantage"] = number(advantage, path, where, "advantage")  # the import keeps it as source_advantage
+    elif advantage is not None:  # gaca's column: kept as source_advantage, with the other fields below
+        others["advantage"] = number(advantage, path, where, "advantage")
     prompt_ids = _ints(step.get("prompt_ids"), path, where, "prompt_ids")
     response_ids = _ints(step.get("response_ids"), path, where, "response_ids")
     if prompt_ids is not None:
@@ -210,6 +255,8 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
         extra["prompt_ids"] = step["prompt_ids"]
     if response_ids is not None:
         row["action_token_ids"] = response_ids
+    elif step.get("response_ids"):
+        extra["response_ids"] = step["response_ids"]
     logprobs = step.get("logprobs")
     if logprobs:
         if not isinstance(logprobs, list):
@@ -223,7 +270,9 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
         # the token lists it repeats are the step's own; the rest is kept
         same = {"prompt_ids": prompt_ids, "completion_ids": response_ids, "logprobs": logprobs}
         output = {k: v for k, v in output.items() if not (k in same and v == same[k])}
-    _rest(step, STEP_KEYS | {"model_output"}, row, extra)
+    columns, nested = _kept(others, path, where, "step")
+    row.update((column, value) for column, (_, value) in columns.items())
+    extra.update(nested)
     if output:
         extra["model_output"] = output
     return row, extra
@@ -246,8 +295,10 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
     for key in EPISODE_COLUMNS:
         if key in record:
             episode_row[key] = record[key]
-    episode_extra: dict[str, Any] = {}
-    _rest(record, EPISODE_KEYS | set(EPISODE_COLUMNS), episode_row, episode_extra)
+    used = {id_key, *EPISODE_KEYS, *EPISODE_COLUMNS}
+    episode_columns, episode_extra = _kept(
+        {key: value for key, value in record.items() if key not in used}, path, None, "episode"
+    )
     task_id = _group_of(episode_id, record)
     for k, trajectory in enumerate(trajectories):
         where = f"trajectories[{k}]"
@@ -260,8 +311,13 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
         if not isinstance(steps, list) or not steps:
             raise SourceError(path, where, "steps", "missing or empty: a trajectory needs at least one step")
         traj_row: dict[str, Any] = {"traj_name": name, "traj_uid": _text(trajectory.get("uid"))}
-        traj_extra: dict[str, Any] = {}
-        _rest(trajectory, TRAJECTORY_KEYS, traj_row, traj_extra)
+        for key in TRAJECTORY_COLUMNS:
+            if key in trajectory:
+                traj_row[key] = trajectory[key]
+        used = {*TRAJECTORY_KEYS, *TRAJECTORY_COLUMNS}
+        traj_columns, traj_extra = _kept(
+            {key: value for key, value in trajectory.items() if key not in used}, path, where, "trajectory"
+        )
         parsed = [_step_row(step, path, f"{where}.steps[{i}]") for i, step in enumerate(steps)]
         if trajectory.get("reward") is not None:
             episode_reward = number(trajectory["reward"], path, where, "reward")
@@ -269,14 +325,19 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
             episode_reward = math.fsum(step_row["reward"] for step_row, _ in parsed)
         traj_row["episode_reward"] = episode_reward
         for i, (step_row, step_extra) in enumerate(parsed):
+            # the step's kept fields are never named like these columns (`_kept`), nor like the
+            # trajectory's and the episode's kept ones but by a clash `_join` refuses
+            step_where = f"{where}.steps[{i}]"
             row = {
                 "group_id": f"{path.parent}/{task_id}:{name}",
                 "traj_id": f"{path}:t{k}",
                 "step_idx": i,
                 **step_row,
+                **traj_row,
+                **episode_row,
             }
-            for key, value in {**traj_row, **episode_row}.items():
-                row.setdefault(key, value)
+            _join(row, traj_columns, "trajectory", path, step_where)
+            _join(row, episode_columns, "episode", path, step_where)
             extra = {
                 level: part
                 for level, part in (("episode", episode_extra), ("trajectory", traj_extra), ("step", step_extra))
@@ -284,7 +345,7 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
             }
             if extra:
                 row["extra"] = extra
-            yield row
+            yield locate(row, path, step_where)
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
@@ -293,4 +354,4 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     for path in files:
         if path.name == SUMMARY:
             continue
-        yield from located(_episode(path, read_json(path)), path, None)
+        yield from _episode(path, read_json(path))

@@ -54,6 +54,7 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     is_scalar,
     iter_jsonl,
+    keep_columns,
     locate,
     located,
     split_fields,
@@ -153,12 +154,17 @@ def _text(record: Mapping[str, Any], key: str, path: Path, where: str) -> str:
     return value
 
 
-def _kept(record: Mapping[str, Any], consumed: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The record's other fields: (scalar ones, as their own columns; nested ones, for `extra`).
-    A field named like a column this format writes is kept as source_<name>."""
-    return split_fields(
-        (f"source_{key}" if key in WRITTEN else key, value) for key, value in record.items() if key not in consumed
-    )
+def _kept(
+    record: Mapping[str, Any], consumed: frozenset[str], path: Path, where: str, drop_null: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The record's other fields: (scalar ones, as their own columns; nested ones, for `extra`
+    under their names). A scalar field named like a column this format writes is kept as
+    source_<name>; a record that also has a field source_<name> is a SourceError naming it
+    (`keep_columns`). `drop_null`: scalar nulls left out first (AgentLoopOutput's unset fields)."""
+    own, nested = split_fields((key, value) for key, value in record.items() if key not in consumed)
+    if drop_null:
+        own = {k: v for k, v in own.items() if v is not None}
+    return keep_columns(own, path, where, WRITTEN), nested
 
 
 # --- rollout dumps -------------------------------------------------------------------------
@@ -180,7 +186,7 @@ def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, lin
     output = _text(record, OUTPUT, path, where)
     score = _number(record, SCORE, path, where)
     step = _integer(record, STEP, path, where)
-    own, nested = _kept(record, frozenset({INPUT, OUTPUT, SCORE, STEP, GTS, UID}))
+    own, nested = _kept(record, frozenset({INPUT, OUTPUT, SCORE, STEP, GTS, UID}), path, where)
     gts = record.get(GTS)
     if is_scalar(gts):
         own[GTS] = gts
@@ -357,8 +363,7 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
     consumed = frozenset(
         {UID, PROMPT_IDS, RESPONSE_IDS, RESPONSE_MASK, RESPONSE_LOGPROBS, REWARD_SCORE, SCORE, STEP, EXTRA_FIELDS}
     )
-    own, nested = _kept(record, consumed)
-    own = {k: v for k, v in own.items() if v is not None}  # AgentLoopOutput's unset optional fields
+    own, nested = _kept(record, consumed, path, where, drop_null=True)  # AgentLoopOutput's unset fields
     if extra_fields:
         nested[EXTRA_FIELDS] = extra_fields
     last = len(runs) - 1
