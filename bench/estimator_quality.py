@@ -19,7 +19,7 @@ scores GiGPO's step signal alone (not a method of the tool).
     python bench/estimator_quality.py --gamma 1 --rollouts 4 --betas 0.1,0.3,1,3
     python bench/estimator_quality.py --bonus-forks 2       # returns with several causes
     python bench/estimator_quality.py --json > quality.json
-    python bench/estimator_quality.py --regime-map          # where GACA beats GiGPO (~2 min)
+    python bench/estimator_quality.py --regime-map          # where GACA beats GiGPO (5-40 s)
 
 --regime-map sweeps one factor at a time around the default (group size N at a fixed budget
 of rollouts, slip rate, horizon, γ, β) and prints, per setting, the paired difference

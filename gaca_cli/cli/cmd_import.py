@@ -97,7 +97,7 @@ def import_(
     sources: list[Path] = typer.Argument(None, metavar="SRC...", help="Files, globs or directories."),
     source_format: str | None = FromOption,
     output: Path | None = typer.Option(
-        None, "-o", "--output", help="Output Parquet file (default: SRC.gaca.parquet beside a single SRC)."
+        None, "-o", "--output", help="Output Parquet file (default: STEM.gaca.parquet beside a single source file)."
     ),
     list_formats: bool = typer.Option(False, "--list", help="List the formats, one line each, and exit."),
     command: str = ForOption,

@@ -57,7 +57,9 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Pat
 
     if output is None:
         if len(inputs) != 1 or Path(inputs[0]).is_dir() or any(c in str(inputs[0]) for c in "*?["):
-            raise typer.BadParameter("several input files: give the output file with -o", param_hint="'-o'")
+            raise typer.BadParameter(
+                "a directory, a glob or several inputs: give the output file with -o", param_hint="'-o'"
+            )
         src = Path(inputs[0])
         output = src.with_name(f"{src.stem}.{suffix}.parquet")
     clash = same_or_inside(output, inputs)
