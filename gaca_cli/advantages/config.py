@@ -109,7 +109,11 @@ class AdvantagesConfig:
         if not (math.isfinite(self.gamma) and 0.0 <= self.gamma <= 1.0):
             bad("gamma", self.gamma, "a discount in [0, 1], e.g. 0.95")
         if not (math.isfinite(self.step_weight) and self.step_weight >= 0.0):
-            bad("step_weight", self.step_weight, "a finite weight ≥ 0 (0 leaves the episode signal alone: grpo's, under the same --norm)")
+            bad(
+                "step_weight",
+                self.step_weight,
+                "a finite weight ≥ 0 (0 leaves the episode signal alone: grpo's, under the same --norm)",
+            )
         if self.anchor_similarity is not None and not (0.0 < self.anchor_similarity < 1.0):
             bad(
                 "anchor_similarity",
