@@ -212,6 +212,12 @@ _SAMPLES = 16  # chunks read per file
 _CHUNK = 1 << 16  # bytes per chunk
 
 
+def model_key(model: str) -> str:
+    """`--model` as `--resume` compares it: a local directory by its resolved path (so that
+    `./llama`, `llama` and `/abs/llama` are one model), a hub id as it is."""
+    return os.path.realpath(model) if os.path.isdir(model) else model
+
+
 def model_fingerprint(model: str, revision: str | None = None) -> str:
     """A cheap content fingerprint of a model, for `--resume` to refuse a model that changed.
 
@@ -219,26 +225,26 @@ def model_fingerprint(model: str, revision: str | None = None) -> str:
     sha256 of 16 chunks of 64 KiB spread evenly over its bytes (whole files when smaller; about
     1 MiB read per file, whatever its size). New weights at the same path (a retrained model of
     the same shapes) change the sampled bytes; a resumed run of a 100 GB model stays instant.
+    Only the directory's own files count, as transformers loads only those: a run that writes
+    its output or checkpoints into a folder inside the model directory can still be resumed.
     For a hub id: the id and revision (a cached hub snapshot is immutable per commit)."""
     if not os.path.isdir(model):
         return hashlib.sha256(f"hub:{model}@{revision or 'main'}".encode()).hexdigest()[:16]
     h = hashlib.sha256()
-    for root, dirs, files in os.walk(model):
-        dirs.sort()
-        for name in sorted(files):
-            if not name.endswith(_MODEL_FILES):
+    for name in sorted(os.listdir(model)):
+        path = os.path.join(model, name)
+        if not (name.endswith(_MODEL_FILES) and os.path.isfile(path)):
+            continue
+        size = os.path.getsize(path)
+        h.update(f"{name}\0{size}\0".encode())
+        with open(path, "rb") as f:
+            if size <= _SAMPLES * _CHUNK:
+                h.update(f.read())
                 continue
-            path = os.path.join(root, name)
-            size = os.path.getsize(path)
-            h.update(f"{os.path.relpath(path, model)}\0{size}\0".encode())
-            with open(path, "rb") as f:
-                if size <= _SAMPLES * _CHUNK:
-                    h.update(f.read())
-                    continue
-                step = (size - _CHUNK) // (_SAMPLES - 1)
-                for k in range(_SAMPLES):
-                    f.seek(k * step)
-                    h.update(f.read(_CHUNK))
+            step = (size - _CHUNK) // (_SAMPLES - 1)
+            for k in range(_SAMPLES):
+                f.seek(k * step)
+                h.update(f.read(_CHUNK))
     return h.hexdigest()[:16]
 
 

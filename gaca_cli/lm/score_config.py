@@ -103,4 +103,6 @@ class ScoreConfig:
             "share_prefixes",
             "chunk_rows",
         )
-        return {k: getattr(self, k) for k in keep}
+        from gaca_cli.lm.models import model_key
+
+        return {k: getattr(self, k) for k in keep} | {"model": model_key(self.model)}

@@ -182,6 +182,11 @@ def chunk_trajectories(trajs: np.ndarray, traj_len: np.ndarray, chunk_rows: int)
 # --------------------------------------------------------------------------------------------
 
 
+class OutOfMemory(GacaError):
+    """A sequence that does not fit the device even alone: not a problem of the data, so the
+    chunks scored so far stay in the work directory for `--resume` (on another device, say)."""
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     import torch
 
@@ -368,9 +373,10 @@ def score_plan(
                 parts.extend(score_plan(scorer, sub, max_batch_tokens, stats))
             results[i] = np.concatenate(parts)
             return
-        raise GacaError(
+        raise OutOfMemory(
             f"out of memory on {scorer.device} for a single sequence of {lengths[i]:,} tokens; "
-            "try --dtype bf16, another --device, or a smaller model"
+            "the chunks scored so far are kept: --resume on another --device with the same --dtype "
+            "continues them; or start again with --dtype bf16 or a smaller model"
         )
 
     def batches(idx: np.ndarray, depth: int, forward: Callable[[np.ndarray], list[np.ndarray]]) -> None:
@@ -831,10 +837,11 @@ def run_score(
             progress=progress,
             on_chunk=on_chunk,
         )
-    except GacaError:
+    except GacaError as exc:
         # a data or model problem: fixing it changes the inputs or options, so these chunks
-        # could never be resumed (an interruption, by contrast, keeps them)
-        if world == 1:
+        # could never be resumed (an interruption or a sequence too big for the device, by
+        # contrast, keeps them)
+        if world == 1 and not isinstance(exc, OutOfMemory):
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
     barrier()

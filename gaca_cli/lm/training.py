@@ -557,7 +557,9 @@ def remove_partial_checkpoints(out_dir: Path) -> None:
 
 
 def _resume_fields(config: TrainConfig) -> dict:
-    meta = config.as_metadata()
+    from gaca_cli.lm.models import model_key
+
+    meta = config.as_metadata() | {"model": model_key(config.model)}
     for name in _RESUME_MAY_CHANGE:
         meta.pop(name, None)
     return meta

@@ -113,3 +113,29 @@ def test_score_and_train_refuse_the_model_and_write_nothing(model, request, tmp_
     assert str(directory) in line
     leftovers = sorted(p.name for p in work.iterdir())
     assert leftovers == ["annotated.parquet"], leftovers
+
+
+def test_the_model_fingerprint_is_the_directorys_own_files(tiny_llama, tmp_path, monkeypatch):
+    """--resume compares the model by its top-level files, which are what transformers loads:
+    a run writing its output or checkpoints into a folder inside the model directory (a
+    `.parts` work directory, `checkpoints/step-N/model.safetensors`) does not change it; new
+    weights do. A local model is named by its resolved path (`./m`, `m`, `/abs/m` are one)."""
+    from gaca_cli.lm.models import model_fingerprint, model_key
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama, model)
+    before = model_fingerprint(str(model))
+    run = model / "run" / "checkpoints" / "step-00000002"
+    run.mkdir(parents=True)
+    (run / "model.safetensors").write_bytes(b"\0" * 100)
+    (model / "scored.parquet.parts").mkdir()
+    (model / "scored.parquet.parts" / "manifest.json").write_text("{}")
+    assert model_fingerprint(str(model)) == before
+    weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    assert model_fingerprint(str(model)) != before
+    monkeypatch.chdir(tmp_path)
+    assert model_key("model") == model_key("./model") == model_key(str(model)) == model_key(f"{model}/")
+    assert model_key("org/some-hub-id") == "org/some-hub-id"

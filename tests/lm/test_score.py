@@ -427,6 +427,45 @@ def test_resume_after_interruption_gives_the_same_file(tiny_llama, tmp_path):
     assert not parts.exists()
 
 
+def test_a_sequence_too_big_for_the_device_keeps_the_chunks(tiny_llama, tmp_path, monkeypatch):
+    """Out of memory for a single sequence (after the first chunk): one error, and the chunk
+    scored before it stays in OUT.parts (not a data problem: resumable, on another device,
+    say); --resume then gives the uninterrupted run's file."""
+    import torch
+
+    from gaca_cli.errors import GacaError
+    from gaca_cli.lm.scoring import Scorer
+
+    rows = make_rows(groups=3, trajs=3, steps=3, seed=11)
+    log = write_log(tmp_path / "log.parquet", rows)
+    common = ["--model", str(tiny_llama), "--chunk-rows", "9", "--device", "cpu", "--dtype", "fp32"]
+    whole = tmp_path / "whole.parquet"
+    assert runner.invoke(app, ["score", str(log), "-o", str(whole), *common]).exit_code == 0
+
+    full = {"memory": False}
+    original = Scorer.logprobs
+
+    def after_first_chunk(self, seqs, spans):
+        if full["memory"]:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return original(self, seqs, spans)
+
+    def fill(k: int) -> None:
+        full["memory"] = True
+
+    monkeypatch.setattr(Scorer, "logprobs", after_first_chunk)
+    out = tmp_path / "out.parquet"
+    with pytest.raises(GacaError, match="single sequence.*chunks scored so far are kept"):
+        score_lib(log, tiny_llama, out, chunk_rows=9, on_chunk=fill)
+    parts = tmp_path / "out.parquet.parts"
+    assert not out.exists() and len(list(parts.glob("*.chunk*.parquet"))) == 1
+    monkeypatch.setattr(Scorer, "logprobs", original)
+    result = runner.invoke(app, ["score", str(log), "-o", str(out), *common, "--resume", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["resumed_chunks"] == 1
+    assert pq.read_table(out).equals(pq.read_table(whole))
+
+
 def test_resume_refuses_an_input_edited_in_place_and_a_replaced_model(tiny_llama, tmp_path):
     """The resume fingerprint holds the inputs' bytes and the model's files: a log rewritten with
     the same size and its mtime restored, and other weights at the same model path, are refused."""
