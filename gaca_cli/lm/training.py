@@ -880,6 +880,13 @@ class _Trainer:
                 sums["clipped"] += float(stats["clipped"].sum())
         max_norm = config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
         grad_norm = acc.clip_grad_norm_(self.params, max_norm)
+        if not math.isfinite(float(grad_norm)):  # the same on every process: DDP averaged the gradients
+            raise GacaError(
+                f"training diverged at step {step + 1}: the gradient is {float(grad_norm)} (a NaN or "
+                f"infinite loss); no model is saved ({METRICS_FILE} holds the steps before, and any "
+                "checkpoint of them is kept); lower --lr, or set --max-grad-norm",
+                file=str(self.out_dir),
+            )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -668,6 +668,22 @@ def test_steps_longer_than_learned_positions(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+def test_a_diverging_run_stops_and_saves_no_model(tiny_llama, tmp_path):
+    """An absurd learning rate without gradient clipping: the weights overflow and the next
+    gradient is NaN. The run stops with one error naming the step, exit 1, and saves no model
+    (a NaN model used to be saved with exit 0); the metrics of the steps before stay."""
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    out = tmp_path / "out"
+    args = [log, "--model", tiny_llama, "--loss", "awr", "--lr", "1e30", "--max-grad-norm", "0", "-o", out]
+    res = run([*args, "--batch-size", "6", "--max-steps", "6"])
+    assert res.exit_code == 1, res.output
+    lines = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1 and "training diverged at step" in lines[0] and "--lr" in lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+    assert not list(out.glob("*.safetensors")) and not (out / "adapter_model.safetensors").exists()
+    assert (out / "metrics.jsonl").exists()
+
+
 def test_bad_model_path(tmp_path):
     log = write_log(tmp_path / "log.parquet", two_action_rows())
     res = run([log, "--model", tmp_path / "nope", "--loss", "pg", "-o", tmp_path / "out"])
