@@ -100,10 +100,24 @@ def _looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or model.count("/") >= 2 or (os.sep != "/" and os.sep in model)
 
 
+def is_adapter(model: str) -> bool:
+    """A local directory holding a LoRA adapter (what `gaca train-offline --lora-r` writes)
+    rather than a whole model: adapter_config.json and no config.json."""
+    return (
+        os.path.isdir(model)
+        and not os.path.exists(os.path.join(model, "config.json"))
+        and os.path.exists(os.path.join(model, "adapter_config.json"))
+    )
+
+
 def _check_local(model: str) -> None:
     if os.path.isdir(model):
-        if not os.path.exists(os.path.join(model, "config.json")):
-            raise GacaError("the directory has no config.json (not a transformers model)", file=model)
+        if not os.path.exists(os.path.join(model, "config.json")) and not is_adapter(model):
+            raise GacaError(
+                "the directory has no config.json (not a transformers model) and no adapter_config.json "
+                "(not a LoRA adapter)",
+                file=model,
+            )
         return
     if os.path.exists(model):
         raise GacaError("a model must be a directory or a hub id, not a file", file=model)
@@ -154,13 +168,28 @@ def load_causal_lm(
     from safetensors import SafetensorError
 
     try:
-        lm = AutoModelForCausalLM.from_pretrained(
-            model,
-            revision=revision,
-            dtype=torch_dtype,
-            trust_remote_code=trust_remote_code,
-            use_safetensors=None,  # prefer safetensors, accept .bin where that is all there is
-        )
+        if is_adapter(model):
+            # a LoRA adapter: its base model (adapter_config.json names it) with the adapter merged
+            # into the weights, so that scoring and training see one plain model
+            import warnings
+
+            from peft import AutoPeftModelForCausalLM
+
+            with warnings.catch_warnings():  # peft asks transformers a deprecated question: not the user's
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+                peft_model = AutoPeftModelForCausalLM.from_pretrained(
+                    model, dtype=torch_dtype, trust_remote_code=trust_remote_code
+                )
+                lm = peft_model.merge_and_unload()
+            lm.requires_grad_(True)  # peft froze the base weights; a loaded model trains them all
+        else:
+            lm = AutoModelForCausalLM.from_pretrained(
+                model,
+                revision=revision,
+                dtype=torch_dtype,
+                trust_remote_code=trust_remote_code,
+                use_safetensors=None,  # prefer safetensors, accept .bin where that is all there is
+            )
     except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError, RuntimeError) as exc:
         raise _load_error(model, "model", exc) from None
     except SafetensorError as exc:  # a truncated or garbled model.safetensors

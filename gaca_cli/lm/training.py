@@ -704,11 +704,18 @@ class _Trainer:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 
-        from gaca_cli.lm.models import load_causal_lm, model_fingerprint, position_limit
+        from gaca_cli.lm.models import is_adapter, load_causal_lm, model_fingerprint, position_limit
 
         config = self.config
         self.index, self.warnings = prepare_log(self.log, "train-offline")
         read_advantages(self.log, self.index)  # fail on a bad advantage column before loading a model
+        if config.use_lora and is_adapter(config.model):
+            raise GacaError(
+                "is a LoRA adapter, and a new adapter on top of it would name the adapter's base model "
+                "as its own and lose this one: train it in full (--lora-r 0), or start from merged "
+                "weights (train-offline --merge writes them)",
+                file=config.model,
+            )
         use_cpu = train_device(config.device).type == "cpu"
         bf16 = config.dtype == "bf16" or (config.dtype == "auto" and not use_cpu)
         fresh_accelerator_state()

@@ -584,6 +584,32 @@ def test_lora_adapter_and_merge_load_with_plain_transformers(tiny_llama, tmp_pat
     torch.testing.assert_close(lma, lm, rtol=0, atol=1e-5)
 
 
+def test_a_lora_output_is_a_model_for_score_and_train_offline(tiny_llama, tmp_path):
+    """A LoRA run's OUT_DIR (an adapter, no config.json) is a --model: gaca score reads it as
+    the base with the adapter merged (the same numbers as the --merge output), and
+    train-offline trains it in full; a new LoRA on top of it is refused, as it would name the
+    base as its own and lose this adapter."""
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    common = ["--loss", "awr", "--lora-r", "4", "--lr", "1e-2", "--max-steps", "2", "--batch-size", "6"]
+    adapter, merged = tmp_path / "lora", tmp_path / "merged"
+    assert run([log, "--model", tiny_llama, *common, "-o", adapter]).exit_code == 0
+    assert run([log, "--model", tiny_llama, *common, "--merge", "-o", merged]).exit_code == 0
+    assert (adapter / "adapter_config.json").exists() and not (adapter / "config.json").exists()
+    scores = {}
+    for name, model in (("adapter", adapter), ("merged", merged)):
+        out = tmp_path / f"scored-{name}.parquet"
+        res = runner.invoke(app, ["score", str(log), "--model", str(model), "-o", str(out), "--device", "cpu"])
+        assert res.exit_code == 0 and "Warning" not in res.stderr, res.output
+        scores[name] = pq.read_table(out)["nll_sum"].to_numpy()
+    np.testing.assert_allclose(scores["adapter"], scores["merged"], rtol=0, atol=1e-6)
+    full = tmp_path / "full"
+    res = run([log, "--model", adapter, "--loss", "awr", "--max-steps", "1", "--batch-size", "6", "-o", full])
+    assert res.exit_code == 0, res.output
+    assert (full / "config.json").exists()
+    res = run([log, "--model", adapter, *common, "-o", tmp_path / "again"])
+    _assert_failed_cleanly(res, tmp_path / "again", "is a LoRA adapter", "--lora-r 0")
+
+
 # ------------------------------------------------------------------------------- bad inputs
 
 
