@@ -39,12 +39,19 @@ def score(
     from gaca_cli.log.io import read_log
     from gaca_cli.render import score_summary
 
-    with user_errors(), distributed_from_env() as (rank, world, barrier):
+    with user_errors(), distributed_from_env() as (rank, world, barrier, agree):
         log = read_log(logs, column_map(column_maps))
         with ProgressBar(err_console(), enabled=rank == 0) as bar:
             try:
                 result = run_score(
-                    log, config, out, rank=rank, world=world, barrier=barrier, progress=ScoreProgress(bar)
+                    log,
+                    config,
+                    out,
+                    rank=rank,
+                    world=world,
+                    barrier=barrier,
+                    agree=agree,
+                    progress=ScoreProgress(bar),
                 )
             except KeyboardInterrupt:
                 bar.stop()

@@ -54,6 +54,10 @@ from gaca_cli.log import columns as C
 HEAD_CHUNK_BYTES = 128 * 2**20  # float32 logits materialised at once by the vocabulary projection
 WORK_DIR_SUFFIX = ".parts"
 _MANIFEST = "manifest.json"
+#: a rank that stops on an error leaves this file in the work directory, so that the others
+#: stop at their next chunk instead of scoring the rest of their share first
+_STOPPED = "stopped-rank{rank:05d}"
+_STOPPED_ANY = "stopped-rank*"
 _CHUNK_META = "gaca.score.chunk"
 
 
@@ -180,6 +184,10 @@ def chunk_trajectories(trajs: np.ndarray, traj_len: np.ndarray, chunk_rows: int)
 # --------------------------------------------------------------------------------------------
 # Forwards (torch)
 # --------------------------------------------------------------------------------------------
+
+
+class PeerStopped(GacaError):
+    """Another rank stopped on an error (which it reports); this one stops at its next chunk."""
 
 
 class OutOfMemory(GacaError):
@@ -508,6 +516,8 @@ def prepare_work_dir(work_dir: Path, print_: dict, resume: bool) -> int:
         shutil.rmtree(work_dir)
     found = check_work_dir(work_dir, print_, resume)
     if work_dir.exists():
+        for marker in work_dir.glob(_STOPPED_ANY):  # of a run killed while it stopped: not this one's
+            marker.unlink(missing_ok=True)
         return found
     work_dir.mkdir(parents=True)
     tmp.write_text(json.dumps(print_, indent=1, sort_keys=True), encoding="utf-8")
@@ -619,6 +629,8 @@ def score_shard(
         progress.start(int(index.traj_len[mine].sum()))
     run = {"resumed_chunks": 0, "tokens_this_run": 0, "chunks": len(chunks)}
     for k, trajs in enumerate(chunks):
+        if world > 1 and any(work_dir.glob(_STOPPED_ANY)):
+            raise PeerStopped("another process stopped on the error above; nothing was written", file=str(work_dir))
         path = chunk_path(work_dir, rank, world, k)
         lengths = index.traj_len[trajs]
         if path.exists():
@@ -759,24 +771,36 @@ class ScoreRun:
     metadata: dict = field(default_factory=dict)
 
 
+def _alone(flags: list[int]) -> list[int]:
+    return flags
+
+
 @contextmanager
-def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None]]]:
-    """(rank, world size, barrier) from torchrun / accelerate's environment (RANK,
-    WORLD_SIZE); a gloo process group carries the barriers. One process: (0, 1, no-op)."""
+def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None], Callable[[list[int]], list[int]]]]:
+    """(rank, world size, barrier, agree) from torchrun / accelerate's environment (RANK,
+    WORLD_SIZE); a gloo process group carries them. `agree(flags)` is a barrier that returns
+    each flag's maximum over the ranks (so that every rank learns whether any stopped on an
+    error). One process: (0, 1, no-op, the flags as they are)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        yield 0, 1, lambda: None
+        yield 0, 1, lambda: None, _alone
         return
     from datetime import timedelta
 
+    import torch
     import torch.distributed as dist
+
+    def agree(flags: list[int]) -> list[int]:
+        t = torch.tensor(flags, dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [int(x) for x in t.tolist()]
 
     made_here = False
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=timedelta(days=7))  # shards may take hours
         made_here = True
     try:
-        yield dist.get_rank(), dist.get_world_size(), dist.barrier
+        yield dist.get_rank(), dist.get_world_size(), dist.barrier, agree
     finally:
         if made_here:
             dist.destroy_process_group()
@@ -790,6 +814,7 @@ def run_score(
     rank: int = 0,
     world: int = 1,
     barrier: Callable[[], None] = lambda: None,
+    agree: Callable[[list[int]], list[int]] = _alone,
     progress: Progress | None = None,
     on_chunk: Callable[[int], None] | None = None,
     loaded: tuple | None = None,
@@ -824,6 +849,7 @@ def run_score(
     if rank == 0:
         prepare_work_dir(work_dir, print_, config.resume)
     barrier()
+    error: GacaError | None = None
     try:
         run = score_shard(
             log,
@@ -838,13 +864,24 @@ def run_score(
             on_chunk=on_chunk,
         )
     except GacaError as exc:
+        error = exc
+        if world > 1 and not isinstance(exc, PeerStopped):
+            (work_dir / _STOPPED.format(rank=rank)).touch()
+    barrier()
+    # every rank learns whether one stopped on an error (the others would wait for it forever)
+    own = error is not None and not isinstance(error, PeerStopped)
+    failed, data_error = agree([int(error is not None), int(own and not isinstance(error, OutOfMemory))])
+    if failed:
         # a data or model problem: fixing it changes the inputs or options, so these chunks
         # could never be resumed (an interruption or a sequence too big for the device, by
-        # contrast, keeps them)
-        if world == 1 and not isinstance(exc, OutOfMemory):
-            shutil.rmtree(work_dir, ignore_errors=True)
-        raise
-    barrier()
+        # contrast, keeps them); every rank has stopped writing by now
+        if rank == 0:
+            if data_error:
+                shutil.rmtree(work_dir, ignore_errors=True)
+            else:
+                for marker in work_dir.glob(_STOPPED_ANY):
+                    marker.unlink(missing_ok=True)
+        raise error or GacaError("another process stopped on the error above; nothing was written", file=str(out))
     model_meta = {
         "model": config.model,
         "revision": config.revision,

@@ -81,6 +81,27 @@ def test_merge_refuses_a_missing_rank(tiny_llama, tmp_path):
     assert not (tmp_path / "out.parquet").exists()
 
 
+def test_a_rank_stops_at_its_next_chunk_when_another_stopped(tiny_llama, tmp_path):
+    """A rank that stops on an error leaves a marker in the work directory; the others stop
+    at their next chunk (here rank 0, before its first) instead of scoring the rest of their
+    share, then learn at the barrier that a rank failed."""
+    from gaca_cli.lm.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
+
+    rows = make_rows(groups=2, trajs=2, steps=2, seed=24)
+    log = write_log(tmp_path / "log.parquet", rows)
+    out = tmp_path / "out.parquet"
+    parts = tmp_path / "out.parquet.parts"
+
+    def rank1_stops() -> None:
+        (parts / "stopped-rank00001").touch()  # what rank 1 leaves when it stops on an error
+
+    config = ScoreConfig(model=str(tiny_llama), dtype="fp32", device="cpu", chunk_rows=2)
+    with pytest.raises(GacaError, match="another process stopped"):
+        run_score(read_log([log]), config, out, rank=0, world=2, barrier=rank1_stops, loaded=loaded(tiny_llama))
+    assert not list(parts.glob("*.chunk*.parquet")) and not list(parts.glob("stopped-*")) and not out.exists()
+
+
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
 
 
@@ -113,3 +134,38 @@ def test_torchrun_two_cpu_processes(tiny_llama, tmp_path):
     assert "wrote" in done.stderr and done.stderr.count("wrote") == 1  # rank 0 alone reports
     a, b = single.table, pq.read_table(tmp_path / "ranks.parquet")
     np.testing.assert_allclose(b.column(C.NLL_SUM).to_numpy(), a.column(C.NLL_SUM).to_numpy(), atol=1e-6, rtol=0)
+
+
+@pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
+def test_torchrun_a_data_error_on_one_rank_stops_both_cleanly(tiny_llama, tmp_path):
+    """Bad token ids in a trajectory that rank 1 scores: rank 1 reports the error, rank 0
+    learns of it at the next barrier (it used to crash there, 'Connection closed by peer', exit
+    3), both exit 1, and the work directory is removed as in one process (it used to stay, and
+    --resume then refused it)."""
+    from gaca_cli.lm.scoring import shard_trajectories, trajectory_costs
+    from gaca_cli.log.checks import prepare_log
+    from gaca_cli.log.io import read_log
+    from tests.lm.test_score import add_token_ids
+
+    rows = add_token_ids(make_rows(groups=2, trajs=3, steps=3, seed=23), loaded(tiny_llama)[1])
+    clean = write_log(tmp_path / "clean.parquet", rows)
+    log = read_log([clean])
+    index, _ = prepare_log(log, "score")
+    rank_of = shard_trajectories(trajectory_costs(log, index), 2)
+    traj = log.table.column(C.TRAJ_ID).take([int(index.order[index.traj_start[np.flatnonzero(rank_of == 1)[0]]])])
+    bad_traj = traj.to_pylist()[0]
+    for row in rows:
+        if row["traj_id"] == bad_traj:
+            row["action_token_ids"] = [99999]
+    bad = write_log(tmp_path / "bad.parquet", rows)
+    out = tmp_path / "ranks.parquet"
+    cmd = [TORCHRUN, "--nproc-per-node", "2", "-m", "gaca_cli", "score", str(bad), "--model", str(tiny_llama)]
+    cmd += ["-o", str(out), "--chunk-rows", "4", "--device", "cpu"]
+    done = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 2, done.stderr
+    assert any("token ids must lie in" in e and bad_traj in e for e in errors), errors
+    assert any("another process stopped on the error above" in e for e in errors), errors
+    assert "unexpected error" not in done.stderr and "Connection closed" not in done.stderr
+    assert not out.exists() and not (tmp_path / "ranks.parquet.parts").exists()
