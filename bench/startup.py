@@ -16,9 +16,9 @@ imports included, wall clock), on a synthetic log of one training batch (bench/s
 for this working tree and, side by side in the same run, for the code of a git revision
 (`--against`, default 595808a, the last layout before the numpy definitions; a git worktree
 under the system's temporary directory). Commands alternate between the two trees, each is
-run `--repeat` times after one unmeasured run (which fills numba's cache and the OS's file
-cache), and the table gives the median and the best wall time with the ratio to the
-baseline's median.
+run `--repeat` times after one unmeasured run (which fills numba's cache, writes the bytecode
+caches an install would have written, and fills the OS's file cache), and the table gives the
+median and the best wall time with the ratio to the baseline's median.
 
     python bench/startup.py                       # 30k rows, against 595808a, 7 runs each
     python bench/startup.py --rows 100000 --repeat 5 --against HEAD
@@ -64,6 +64,9 @@ def wall_time(tree: Path, args: list[str], cwd: Path, python: str = sys.executab
     `python -c CODE` instead. `python`: the interpreter (and so the installed libraries)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env.pop("GACA_KERNELS", None)  # the path the command chooses itself
+    # an installed package has its bytecode compiled: without this, a shell that sets it would
+    # time the compilation of gaca's own modules on every run (~0.2 s on 2 cores)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     argv = [python, *args] if args[:1] == ["-c"] else [python, "-m", "gaca_cli", *args]
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
