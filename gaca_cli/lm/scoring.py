@@ -771,16 +771,21 @@ class ScoreRun:
     metadata: dict = field(default_factory=dict)
 
 
-def _alone(flags: list[int]) -> list[int]:
-    return flags
+class Agree(Protocol):
+    def __call__(self, values: list[int], op: str = "max") -> list[int]: ...
+
+
+def _alone(values: list[int], op: str = "max") -> list[int]:
+    return values
 
 
 @contextmanager
-def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None], Callable[[list[int]], list[int]]]]:
+def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None], Agree]]:
     """(rank, world size, barrier, agree) from torchrun / accelerate's environment (RANK,
-    WORLD_SIZE); a gloo process group carries them. `agree(flags)` is a barrier that returns
-    each flag's maximum over the ranks (so that every rank learns whether any stopped on an
-    error). One process: (0, 1, no-op, the flags as they are)."""
+    WORLD_SIZE); a gloo process group carries them. `agree(values, op)` is a barrier that
+    returns each value's maximum (op "max": every rank learns whether any stopped on an error)
+    or sum (op "sum": counters of the whole run) over the ranks. One process: (0, 1, no-op,
+    the values as they are)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         yield 0, 1, lambda: None, _alone
@@ -790,9 +795,9 @@ def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None], Calla
     import torch
     import torch.distributed as dist
 
-    def agree(flags: list[int]) -> list[int]:
-        t = torch.tensor(flags, dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    def agree(values: list[int], op: str = "max") -> list[int]:
+        t = torch.tensor(values, dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
         return [int(x) for x in t.tolist()]
 
     made_here = False
@@ -814,7 +819,7 @@ def run_score(
     rank: int = 0,
     world: int = 1,
     barrier: Callable[[], None] = lambda: None,
-    agree: Callable[[list[int]], list[int]] = _alone,
+    agree: Agree = _alone,
     progress: Progress | None = None,
     on_chunk: Callable[[int], None] | None = None,
     loaded: tuple | None = None,
@@ -892,6 +897,8 @@ def run_score(
         "add_special_tokens": config.add_special_tokens,
         "token_logprobs": config.token_logprobs,
     }
+    # this invocation's counters over every rank (a collective: every rank calls it)
+    run["resumed_chunks"], run["tokens_this_run"] = agree([run["resumed_chunks"], run["tokens_this_run"]], "sum")
     summary = {"rank": rank, "world_size": world, **run}
     if rank != 0:
         return ScoreRun(summary=summary)
@@ -935,16 +942,12 @@ def run_score(
         "chunks": scores.chunks,
         "resumed_chunks": run["resumed_chunks"],
         "wall_s": round(wall, 3),
-        "tokens_per_s": _tokens_per_s(run, s, world, wall),
+        "tokens_per_s": _tokens_per_s(run, wall),
         "warnings": dict(warnings),
     }
     return ScoreRun(summary=summary, table=table, metadata=metadata)
 
 
-def _tokens_per_s(run: dict, stats: dict, world: int, wall: float) -> float | None:
-    """Tokens forwarded per second by this invocation (all ranks when nothing was resumed)."""
-    if wall <= 0:
-        return None
-    if world == 1:
-        return round(run["tokens_this_run"] / wall, 1)
-    return round(stats["tokens"] / wall, 1) if run["resumed_chunks"] == 0 else None
+def _tokens_per_s(run: dict, wall: float) -> float | None:
+    """Tokens scored per second by this invocation, over every rank."""
+    return round(run["tokens_this_run"] / wall, 1) if wall > 0 else None

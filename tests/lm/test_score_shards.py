@@ -7,11 +7,13 @@ barrier hands over to the merge. The result must equal a single-process run (to 
 rounding: the ranks batch different sequences together).
 
 `test_torchrun_two_cpu_processes` also runs the README's command with two real CPU
-processes (gloo barriers): ~16 s on an idle 2-core machine, most of it starting torch twice.
+processes (gloo barriers), resuming a run both ranks had begun: ~16 s on an idle 2-core
+machine, most of it starting torch twice.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -105,11 +107,45 @@ def test_a_rank_stops_at_its_next_chunk_when_another_stopped(tiny_llama, tmp_pat
 TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
 
 
+def interrupt_two_ranks_after_one_chunk(log: Path, model_dir: Path, out: Path, **options) -> None:
+    """Both ranks score their first chunk, then are stopped as Ctrl-C stops them."""
+    from gaca_cli.lm.scoring import ScoreConfig, run_score
+    from gaca_cli.log.io import read_log
+
+    config = ScoreConfig(model=str(model_dir), dtype="fp32", device="cpu", **options)
+
+    def stop_after_first(k: int) -> None:
+        if k == 0:
+            raise KeyboardInterrupt
+
+    def barrier_of_rank0() -> None:
+        with pytest.raises(KeyboardInterrupt):
+            run_score(
+                read_log([log]), config, out, rank=1, world=2, on_chunk=stop_after_first, loaded=loaded(model_dir)
+            )
+
+    with pytest.raises(KeyboardInterrupt):
+        run_score(
+            read_log([log]),
+            config,
+            out,
+            rank=0,
+            world=2,
+            barrier=barrier_of_rank0,
+            on_chunk=stop_after_first,
+            loaded=loaded(model_dir),
+        )
+
+
 @pytest.mark.skipif(TORCHRUN is None, reason="torchrun is not installed")
 def test_torchrun_two_cpu_processes(tiny_llama, tmp_path):
+    """The README's command resumes a run both ranks had begun; its summary counts the
+    chunks and tokens of both ranks."""
     rows = make_rows(groups=2, trajs=3, steps=3, seed=23)
     log = write_log(tmp_path / "log.parquet", rows)
     single = score_lib(log, tiny_llama, tmp_path / "single.parquet")
+    interrupt_two_ranks_after_one_chunk(log, tiny_llama, tmp_path / "ranks.parquet", chunk_rows=4)
+    assert len(list((tmp_path / "ranks.parquet.parts").glob("*.parquet"))) == 2
     torchrun = TORCHRUN
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [
@@ -128,10 +164,14 @@ def test_torchrun_two_cpu_processes(tiny_llama, tmp_path):
         "4",
         "--device",
         "cpu",
+        "--resume",
+        "--json",
     ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "wrote" in done.stderr and done.stderr.count("wrote") == 1  # rank 0 alone reports
+    summary = json.loads(done.stdout)  # rank 0 alone reports
+    assert summary["world_size"] == 2 and summary["resumed_chunks"] == 2 and summary["chunks"] > 2
+    assert summary["tokens_per_s"] > 0
     a, b = single.table, pq.read_table(tmp_path / "ranks.parquet")
     np.testing.assert_allclose(b.column(C.NLL_SUM).to_numpy(), a.column(C.NLL_SUM).to_numpy(), atol=1e-6, rtol=0)
 
