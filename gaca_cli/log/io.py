@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -730,6 +731,19 @@ def atomic_path(out: str | os.PathLike) -> Iterator[str]:
         raise
 
 
+def temporary_dir(out: str | os.PathLike) -> Path:
+    """A scratch directory beside `out`, named as `atomic_path` names its temporary files
+    (`.OUT.PID.XXXXXXXX.tmp`), so that one left by a killed run is removed by the next run
+    writing `out`. The caller removes it."""
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(out)
+        return Path(tempfile.mkdtemp(prefix=f"{_temporary_prefix(out)}{os.getpid()}.", suffix=".tmp", dir=out.parent))
+    except OSError as exc:
+        raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
 #: PID.XXXXXXXX between `.OUT.` and `.tmp` (mkstemp's 8 random characters)
 _TEMPORARY_MIDDLE = re.compile(r"(\d+)\.[a-z0-9_]{8}")
 
@@ -739,9 +753,9 @@ def _temporary_prefix(out: Path) -> str:
 
 
 def remove_stale_temporaries(out: str | os.PathLike) -> list[str]:
-    """Remove the temporary files `atomic_path` made for `out` whose writing process has
-    ended (named `.OUT.PID.XXXXXXXX.tmp`); return their paths. Files of running processes
-    and files named otherwise are kept."""
+    """Remove the temporary files `atomic_path` and directories `temporary_dir` made for `out`
+    whose writing process has ended (named `.OUT.PID.XXXXXXXX.tmp`); return their paths.
+    Those of running processes and files named otherwise are kept."""
     out = Path(out)
     prefix = _temporary_prefix(out)
     removed: list[str] = []
@@ -755,9 +769,13 @@ def remove_stale_temporaries(out: str | os.PathLike) -> list[str]:
         match = _TEMPORARY_MIDDLE.fullmatch(name[len(prefix) : -len(".tmp")])
         if match is None or _process_alive(int(match.group(1))):
             continue
+        path = out.parent / name
         with contextlib.suppress(FileNotFoundError):  # another run removed it first
-            os.unlink(out.parent / name)
-            removed.append(str(out.parent / name))
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed.append(str(path))
     return removed
 
 

@@ -1,8 +1,9 @@
 """Temporary output files never outlive the run that follows (issue 17, item 15).
 
-`atomic_path` names its temporary file after the writing process; the next run writing the
-same output removes those whose process is gone (kill -9 here, for real), and keeps those of
-a process that still runs and files that are not its own.
+`atomic_path` names its temporary file (and `temporary_dir` the scratch directory of
+`gaca import`) after the writing process; the next run writing the same output removes those
+whose process is gone (kill -9 here, for real), and keeps those of a process that still runs
+and files that are not its own.
 """
 
 from __future__ import annotations
@@ -45,6 +46,40 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_run(tmp_path):
     assert tmp.exists()  # kill -9: nothing cleans up
     write_parquet_atomic(pa.table({"x": [1]}), out, {})
     assert sorted(os.listdir(tmp_path)) == ["annotated.parquet"]
+
+
+HOLD_IMPORT = """
+import sys, time
+from gaca_cli.integrations.imports import core
+def stop(*args, **kwargs):
+    print(next(p for p in core.Path(sys.argv[1]).parent.iterdir() if p.is_dir()), flush=True)
+    time.sleep(600)
+core._merge = stop  # the parts are written: hold here, inside the scratch directory
+core.run_import("chat-jsonl", [sys.argv[2]], core.Path(sys.argv[1]), core.ImportOptions())
+"""
+
+
+def test_a_killed_imports_scratch_directory_is_removed_by_the_next_run(tmp_path):
+    """`gaca import` streams its parts into a directory beside OUT: named as atomic_path
+    names its files, so the next import writing OUT removes a killed one's."""
+    from gaca_cli.integrations.imports import core
+    from gaca_cli.integrations.imports.base import ImportOptions
+    from tests.integrations.test_import_core import records
+    from tests.integrations.test_import_chat_jsonl import write_jsonl
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "log.parquet"
+    src = write_jsonl(tmp_path / "r.jsonl", records(4))
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_IMPORT, str(out), str(src)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    scratch = Path(proc.stdout.readline().strip())
+    assert scratch.name.startswith(f".{out.name}.{proc.pid}.") and any(scratch.iterdir())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert scratch.exists()  # kill -9: nothing cleans up
+    core.run_import("chat-jsonl", [src], out, ImportOptions())
+    assert sorted(os.listdir(out_dir)) == ["log.parquet"]
 
 
 def test_a_running_writers_temporary_and_other_files_are_kept(tmp_path):

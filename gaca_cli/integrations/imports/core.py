@@ -280,7 +280,7 @@ def run_import(
     GacaError (nothing written); a broken schema rule is returned in `violations` (nothing
     written either)."""
     from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import atomic_path, read_log
+    from gaca_cli.log.io import atomic_path, read_log, temporary_dir
 
     if format_name not in FORMATS:
         raise GacaError(f"unknown format {format_name!r}; use one of {', '.join(FORMATS)}")
@@ -288,11 +288,8 @@ def run_import(
     info: FormatInfo = module.INFO
     files = expand_sources(sources, info.suffixes)
     label = ", ".join(str(s) for s in sources)
-    work_dir = Path(out).parent if out is not None else None
-    if work_dir is not None:
-        work_dir.mkdir(parents=True, exist_ok=True)
-    name = Path(out).name if out is not None else "import"
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=work_dir))
+    # beside OUT (one file system for the final rename); a killed run's is removed by the next
+    tmp = temporary_dir(out) if out is not None else Path(tempfile.mkdtemp(prefix=".import.", suffix=".tmp"))
     try:
         parts = _Parts(directory=tmp, label=label)
         _stream_parts(module.read(files, options), parts, format_name)
