@@ -64,8 +64,8 @@ def test_a_killed_imports_scratch_directory_is_removed_by_the_next_run(tmp_path)
     names its files, so the next import writing OUT removes a killed one's."""
     from gaca_cli.integrations.imports import core
     from gaca_cli.integrations.imports.base import ImportOptions
-    from tests.integrations.test_import_core import records
     from tests.integrations.test_import_chat_jsonl import write_jsonl
+    from tests.integrations.test_import_core import records
 
     out_dir = tmp_path / "out"
     out_dir.mkdir()
