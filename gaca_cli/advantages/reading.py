@@ -14,7 +14,7 @@ from gaca_cli.advantages.config import AdvantagesConfig
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import StreamedAnchors
-from gaca_cli.log.io import Log, expand_inputs, read_log
+from gaca_cli.log.io import READ_ERRORS, Log, expand_inputs, read_log
 
 #: An anchor column estimated to take more memory than this (as polars holds it) is left on
 #: disk; a smaller one is read and held. Holding is faster (one read instead of two) but costs
@@ -79,7 +79,7 @@ def _footer_facts(files: list[str], anchor_names: Sequence[str]) -> tuple[int, b
     read (the read that follows reports that file properly)."""
     try:
         metas = [pq.read_metadata(f) for f in files]
-    except (OSError, ValueError):
+    except (*READ_ERRORS, ValueError):
         return sys.maxsize, True
     anchors = any(set(anchor_names).intersection(m.schema.to_arrow_schema().names) for m in metas)
     return sum(m.num_rows for m in metas), anchors

@@ -392,7 +392,7 @@ def _dataset(path: str) -> ds.Dataset:
         files = factory.finish(keys)  # no schema merged yet: each file's is read below
         fragments = list(files.get_fragments())
         schemas = [frag.physical_schema.remove_metadata() for frag in fragments]
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowIOError, OSError) as exc:
+    except READ_ERRORS as exc:
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
     for frag, frag_schema in zip(fragments, schemas):
         _unique_names(frag_schema.names, frag.path)
@@ -406,7 +406,7 @@ def _dataset(path: str) -> ds.Dataset:
         return ds.dataset(
             path, schema=schema, format=_verifying_format(), partitioning="hive", exclude_invalid_files=False
         )
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowIOError, OSError) as exc:  # a key value of another type
+    except READ_ERRORS as exc:  # a key value of another type
         column = in_files[0] if len(in_files) == 1 else None
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path, column=column) from None
 
@@ -628,7 +628,7 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
         else:
             try:
                 schema = pq.read_schema(path)
-            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            except READ_ERRORS as exc:
                 raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
         _unique_names(schema.names, path)
         schemas.append(schema.remove_metadata())

@@ -3,9 +3,10 @@ them: tests/log/test_checks.py runs missing, empty and non-Parquet files and eve
 through `advantages` and `validate`, tests/log/test_damaged.py damaged files through those
 two, tests/cli/test_cli.py bad output locations for advantages, score and train-offline, and
 tests/lm/ bad models and a few bad logs for score and train-offline. Here: truncated and
-zero-byte files for `advantages` and `validate`; for `inspect`, `score` and `train-offline`,
-every kind of unreadable file (missing, zero bytes, not Parquet, truncated, no rows, a page
-whose checksum fails) and a broken rule of each kind (null, NaN, duplicate step, gap).
+zero-byte files and polars' 128-bit integers (a file, a directory) for `advantages` and
+`validate`; for `inspect`, `score` and `train-offline`, every kind of unreadable file
+(missing, zero bytes, not Parquet, truncated, no rows, a page whose checksum fails, 128-bit
+integers) and a broken rule of each kind (null, NaN, duplicate step, gap).
 
 Each: exit 1, exactly one line on stderr, an `Error:` line naming the file (and the column
 of a broken rule); nothing written. `score` and `train-offline` read the log before they
@@ -75,6 +76,22 @@ def _failed_checksum(tmp_path: Path) -> Path:
     return p
 
 
+def _int128(tmp_path: Path) -> Path:
+    """polars' Int128, which pyarrow cannot read: found in one file and in a directory."""
+    import polars as pl
+
+    p = tmp_path / "int128.parquet"
+    pl.from_arrow(full_table()).with_columns(pl.col("step_idx").cast(pl.Int128)).write_parquet(p)
+    return p
+
+
+def _int128_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "int128-log"
+    d.mkdir()
+    _int128(d)
+    return d
+
+
 def full_table(rows: dict[str, list] | None = None) -> pa.Table:
     """The base log of tests/log/test_checks.py with an advantage column (train-offline's)."""
     rows = base_rows() if rows is None else rows
@@ -99,6 +116,8 @@ INPUTS = {
     "no-rows": _no_rows,
     "missing": _missing,
     "failed-checksum": _failed_checksum,
+    "int128": _int128,
+    "int128-dir": _int128_dir,
 }
 RULES = {  # a broken rule: how to break it, the column the Error names
     "null": (_broken("group_id", 3, None), "group_id"),
@@ -115,7 +134,12 @@ COMMANDS = {
     "train-offline": lambda log, out: ["train-offline", str(log), "--model", NO_MODEL, "--loss", "pg", "-o", str(out)],
 }
 COVERED = {"advantages", "validate"}  # by tests/log/test_checks.py and test_damaged.py
-CASES = [(c, i) for c in COMMANDS for i in INPUTS if c not in COVERED or i in ("truncated", "zero-bytes")]
+CASES = [
+    (c, i)
+    for c in COMMANDS
+    for i in INPUTS
+    if c not in COVERED or i in ("truncated", "zero-bytes", "int128", "int128-dir")
+]
 RULE_CASES = [(c, r) for c in COMMANDS if c not in COVERED for r in RULES]
 
 
