@@ -46,6 +46,7 @@ from gaca_cli.log.checks import advantage_problem, prepare_log, rows_text
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log
+from gaca_cli.log.schema import is_list_type
 
 #: --loss choices: the keys of losses.TOKEN_LOSSES (a test keeps them equal; this module is
 #: imported by the command line, which must not import torch)
@@ -143,10 +144,7 @@ def choose_behavior(
     problems: list[GacaError] = []
     for name in present:
         col = plain(log.table.column(name))
-        if not (
-            (pa.types.is_list(col.type) or pa.types.is_large_list(col.type))
-            and pa.types.is_floating(col.type.value_type)
-        ):
+        if not (is_list_type(col.type) and pa.types.is_floating(col.type.value_type)):
             problems.append(
                 GacaError(
                     f"type {col.type} is not usable here; expected list<float32>",

@@ -24,8 +24,15 @@ def _is_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
 
 
-def _is_list(t: pa.DataType) -> bool:
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t)
+def is_list_type(t: pa.DataType) -> bool:
+    """A list of any layout Arrow reads from Parquet: list, large_list, their views, fixed size."""
+    return (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+        or pa.types.is_fixed_size_list(t)
+    )
 
 
 def _value_type(t: pa.DataType) -> pa.DataType:
@@ -51,16 +58,16 @@ KINDS: dict[str, tuple[Callable[[pa.DataType], bool], str]] = {
         "string (integer accepted)",
     ),
     "token_ids": (
-        lambda t: _is_list(t) and pa.types.is_integer(t.value_type),
+        lambda t: is_list_type(t) and pa.types.is_integer(t.value_type),
         "list<int32> (any integer list accepted)",
     ),
     "logprobs": (
-        lambda t: _is_list(t) and pa.types.is_floating(t.value_type),
+        lambda t: is_list_type(t) and pa.types.is_floating(t.value_type),
         "list<float32> (any float list accepted)",
     ),
     "chat": (
         lambda t: (
-            _is_list(t)
+            is_list_type(t)
             and pa.types.is_struct(t.value_type)
             and t.value_type.get_field_index("role") >= 0
             and t.value_type.get_field_index("content") >= 0

@@ -72,10 +72,15 @@ SAMPLES: dict[str, list[pa.Array]] = {
     "int list": [
         pa.array([[1, 2]] * N, pa.list_(pa.int32())),
         pa.array([[1, 2]] * N, pa.large_list(pa.int64())),
+        pa.array([[1, 2]] * N, pa.list_view(pa.int32())),
+        pa.array([[1, 2]] * N, pa.large_list_view(pa.int64())),
+        pa.array([[1, 2]] * N, pa.list_(pa.int32(), 2)),
     ],
     "float list": [
         pa.array([[-0.5]] * N, pa.list_(pa.float32())),
         pa.array([[-0.5]] * N, pa.list_(pa.float64())),
+        pa.array([[-0.5]] * N, pa.large_list_view(pa.float32())),
+        pa.array([[-0.5]] * N, pa.list_(pa.float32(), 1)),
     ],
     "chat": [
         pa.array(
