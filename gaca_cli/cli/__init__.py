@@ -52,3 +52,17 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(BUG_EXIT_STATUS)
+    finally:
+        _ignore_ctrl_c()
+
+
+def _ignore_ctrl_c() -> None:
+    """The command has finished (its output in place, or its error reported): a Ctrl-C while
+    the interpreter shuts down (torch's and pyarrow's finalizers can take a moment) would
+    only print a KeyboardInterrupt traceback from their code, so it is ignored from here on."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to do
+        pass

@@ -171,6 +171,23 @@ def test_a_bug_exits_3_with_its_traceback_and_data_errors_exit_1(tmp_path):
     assert "Traceback" not in missing.stderr
 
 
+def test_ctrl_c_after_the_command_finished_is_ignored(tmp_path):
+    """A Ctrl-C while the interpreter shuts down (libraries' finalizers, after the output is
+    in place) neither prints a traceback nor changes the exit status."""
+    from tests.conftest import EXAMPLE_LOG
+
+    out = tmp_path / "out.parquet"
+    code = (
+        "import atexit, os, signal, sys, time\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))\n"
+        f"sys.argv = ['gaca', 'advantages', {str(EXAMPLE_LOG)!r}, '-o', {str(out)!r}]\n"
+        "from gaca_cli.cli import main\nmain()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "KeyboardInterrupt" not in done.stderr, done.stderr
+    assert out.exists()
+
+
 @pytest.mark.parametrize("command", ["advantages", "score", "train-offline"])
 @pytest.mark.parametrize("where", ["existing-directory", "under-a-file", "read-only-directory", "fifo"])
 def test_an_unwritable_output_is_one_error_line_before_any_work(command, where, tmp_path, tiny_llama):
