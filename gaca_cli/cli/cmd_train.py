@@ -24,7 +24,11 @@ def train_offline(
     ),
     *,
     options: ConfigOptions[TrainConfig],
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in OUT_DIR from its latest checkpoint."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the run in OUT_DIR from its latest checkpoint (a new or empty OUT_DIR starts it).",
+    ),
     column_maps: list[str] = MapOption,
     as_json: bool = JsonOption,
 ) -> None:

@@ -54,6 +54,9 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
 RUN_FILE = "gaca-train.json"  # written last: its presence means the run finished
 STATE_FILE = "trainer_state.json"  # inside a checkpoint, written last: marks it complete
+#: in CHECKPOINTS_DIR: what a run started with (options, data and model fingerprints), so that
+#: --resume refuses other ones even before the first checkpoint
+START_FILE = "started.json"
 
 #: fields that may change between an interrupted run and its `--resume`
 _RESUME_MAY_CHANGE = ("save_every", "keep_checkpoints")
@@ -514,11 +517,12 @@ def describe_out_dir(out_dir: Path) -> str:
 
 
 def check_out_dir(out_dir: Path, resume: bool) -> None:
-    """Refuse to mix runs: without --resume OUT_DIR must be new or empty. Raises ValueError."""
+    """Refuse to mix runs: without --resume OUT_DIR must be new or empty; with --resume it may
+    also hold a run (a new or empty OUT_DIR starts one: nothing to continue). Raises ValueError."""
     state = describe_out_dir(out_dir)
     if resume:
-        if state != "run":
-            raise ValueError(f"--resume: {out_dir} holds no training run to continue; drop --resume to start one")
+        if state == "other":
+            raise ValueError(f"--resume: {out_dir} holds files but no training run to continue; choose another -o")
         return
     if state == "run":
         raise ValueError(f"{out_dir} already holds a training run; add --resume to continue it, or choose another -o")
@@ -612,7 +616,9 @@ def _truncate_metrics(path: Path, last_step: int) -> None:
                 kept.append(line)
         except json.JSONDecodeError:
             break  # a line cut by the interruption
-    path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+    tmp = path.with_name(path.name + ".tmp")  # replaced at once: a kill keeps the old lines
+    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _clean(value: Any) -> Any:
@@ -745,16 +751,17 @@ class _Trainer:
         self.warmup = warmup_steps(self.total, config)
         self.plan = BatchPlan(len(self.data), config.batch_size, config.seed)
         self.checkpoint = None
+        self.start_step = 0
         if self.resume:
             self.checkpoint = latest_checkpoint(self.out_dir)
+            started = self.out_dir / CHECKPOINTS_DIR / START_FILE
             if self.checkpoint is not None:
                 state = json.loads((self.checkpoint / STATE_FILE).read_text(encoding="utf-8"))
                 _check_resumable(state, config, self.fingerprint, self.model_fingerprint, self.checkpoint)
                 self.start_step = int(state["step"])
-            else:
-                self.start_step = 0
-        else:
-            self.start_step = 0
+            elif started.exists():  # killed before its first checkpoint: it starts again, if the same run
+                state = json.loads(started.read_text(encoding="utf-8"))
+                _check_resumable(state, config, self.fingerprint, self.model_fingerprint, started)
         self.model = model
 
     # ---- reference log-probs for the KL penalty ----
@@ -926,6 +933,16 @@ class _Trainer:
         }
 
     # ---- checkpoints and outputs ----
+    def state(self, step: int) -> dict:
+        """What a checkpoint (and START_FILE) records for --resume to check and continue."""
+        return {
+            "step": step,
+            "config": _resume_fields(self.config),
+            "data_fingerprint": self.fingerprint,
+            "model_fingerprint": self.model_fingerprint,
+            "gaca_version": __version__,
+        }
+
     def save_checkpoint(self, step: int) -> None:
         acc = self.accelerator
         root = self.out_dir / CHECKPOINTS_DIR
@@ -938,14 +955,7 @@ class _Trainer:
         acc.save_state(str(tmp))
         acc.wait_for_everyone()
         if acc.is_main_process:
-            state = {
-                "step": step,
-                "config": _resume_fields(self.config),
-                "data_fingerprint": self.fingerprint,
-                "model_fingerprint": self.model_fingerprint,
-                "gaca_version": __version__,
-            }
-            (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")
+            (tmp / STATE_FILE).write_text(json.dumps(self.state(step), indent=2, default=str), encoding="utf-8")
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             _prune_checkpoints(self.out_dir, self.config.keep_checkpoints)
@@ -959,6 +969,16 @@ class _Trainer:
         if self.accelerator.is_main_process:
             _truncate_metrics(self.out_dir / METRICS_FILE, self.start_step)
             remove_partial_checkpoints(self.out_dir)
+
+    def record_start(self) -> None:
+        """Write START_FILE (main process), atomically, once the checks have passed."""
+        started = self.out_dir / CHECKPOINTS_DIR / START_FILE
+        if not self.accelerator.is_main_process or started.exists():
+            return
+        started.parent.mkdir(parents=True, exist_ok=True)
+        tmp = started.with_name(started.name + ".tmp")
+        tmp.write_text(json.dumps(self.state(0), indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, started)
 
     def save_final(self) -> dict:
         acc = self.accelerator
@@ -995,6 +1015,7 @@ class _Trainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         acc.wait_for_everyone()
         self.restore()
+        self.record_start()
         metrics_path = self.out_dir / METRICS_FILE
         self.emit(
             "start",
