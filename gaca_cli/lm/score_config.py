@@ -89,7 +89,10 @@ class ScoreConfig:
             bad("chunk_rows", "an integer ≥ 1, e.g. 4096")
 
     def plan_fingerprint(self) -> dict:
-        """The options that decide the numbers and the chunk layout (checked by --resume)."""
+        """The options that decide the numbers and the chunk layout (checked by --resume).
+        `--device` and `--max-batch-tokens` may change on resume (after an out-of-memory stop,
+        say): they decide which steps share a batch, which moves fp32 results by float
+        rounding only (~1e-7), as the out-of-memory back-off does within one run."""
         keep = (
             "model",
             "revision",

@@ -829,7 +829,7 @@ def run_score(
     reuse a model already in memory."""
     from gaca_cli.lm.models import dtype_name, load_causal_lm, resolve_device, resolve_dtype
     from gaca_cli.log.checks import prepare_log
-    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.log.io import ctrl_c_ignored, discard_dir, write_parquet_atomic
 
     t0 = time.perf_counter()
     index, warnings = prepare_log(log, "score")
@@ -882,7 +882,7 @@ def run_score(
         # contrast, keeps them); every rank has stopped writing by now
         if rank == 0:
             if data_error:
-                shutil.rmtree(work_dir, ignore_errors=True)
+                discard_dir(work_dir, out)
             else:
                 for marker in work_dir.glob(_STOPPED_ANY):
                     marker.unlink(missing_ok=True)
@@ -905,7 +905,8 @@ def run_score(
     scores = merge_work_dir(log, index, config, work_dir, world)
     table, metadata = output_table(log, config, scores, model_meta)
     write_parquet_atomic(table, out, metadata)
-    shutil.rmtree(work_dir, ignore_errors=True)
+    with ctrl_c_ignored():  # OUT is complete: a Ctrl-C now would only leave the clean-up half done
+        discard_dir(work_dir, out)
     wall = time.perf_counter() - t0
     s = scores.stats
     scored = scores.n_action_tokens > 0

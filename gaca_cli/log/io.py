@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -742,6 +743,37 @@ def temporary_dir(out: str | os.PathLike) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"{_temporary_prefix(out)}{os.getpid()}.", suffix=".tmp", dir=out.parent))
     except OSError as exc:
         raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+def discard_dir(path: str | os.PathLike, out: str | os.PathLike) -> None:
+    """Remove the directory `path` (a work directory beside `out`) so that a kill midway
+    leaves nothing half-removed under its name: it is renamed at once to a temporary name of
+    `out` (`.OUT.PID.XXXXXXXX.tmp`), which the next run writing `out` removes if this one
+    dies while deleting it."""
+    path, out = Path(path), Path(out)
+    if not path.exists():
+        return
+    doomed = out.parent / f"{_temporary_prefix(out)}{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def ctrl_c_ignored() -> Iterator[None]:
+    """Ctrl-C is ignored inside the block (in the main thread; elsewhere it cannot arrive):
+    for the clean-up after the output is complete, which an interruption could only leave
+    half done, and whose command has succeeded."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 #: PID.XXXXXXXX between `.OUT.` and `.tmp` (mkstemp's 8 random characters)

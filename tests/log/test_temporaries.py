@@ -82,6 +82,62 @@ def test_a_killed_imports_scratch_directory_is_removed_by_the_next_run(tmp_path)
     assert sorted(os.listdir(out_dir)) == ["log.parquet"]
 
 
+HOLD_DISCARD = """
+import sys, time
+from gaca_cli.log import io
+def hold(path, **kwargs):
+    print(path, flush=True)
+    time.sleep(600)
+io.shutil.rmtree = hold  # renamed, now deleting: hold here
+io.discard_dir(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_a_work_directory_killed_while_deleted_is_removed_by_the_next_run(tmp_path):
+    """`gaca score` deletes OUT.parts/ once OUT is written: renamed first to a temporary name
+    of OUT, so a kill while deleting leaves no half-deleted OUT.parts/ (which a later run
+    would refuse as not its own), and the next run writing OUT removes the rest."""
+    from gaca_cli.log.io import discard_dir
+
+    out = tmp_path / "scored.parquet"
+    parts = tmp_path / "scored.parquet.parts"
+    parts.mkdir()
+    for i in range(3):
+        (parts / f"rank00000-of-00001.chunk{i:06d}.parquet").write_bytes(b"x")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_DISCARD, str(parts), str(out)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    doomed = Path(proc.stdout.readline().strip())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not parts.exists() and doomed.name.startswith(f".{out.name}.{proc.pid}.") and doomed.is_dir()
+    write_parquet_atomic(pa.table({"x": [1]}), out, {})
+    assert sorted(os.listdir(tmp_path)) == ["scored.parquet"]
+    discard_dir(tmp_path / "nothing", out)  # nothing to remove: nothing happens
+
+
+IGNORE_CTRL_C = """
+import os, signal, time
+from gaca_cli.log.io import ctrl_c_ignored
+with ctrl_c_ignored():
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)
+print("after the block", flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("Ctrl-C works again", flush=True)
+"""
+
+
+def test_ctrl_c_is_ignored_inside_the_block_and_works_after_it():
+    done = subprocess.run([sys.executable, "-c", IGNORE_CTRL_C], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["after the block", "Ctrl-C works again"]
+
+
 def test_a_running_writers_temporary_and_other_files_are_kept(tmp_path):
     out = tmp_path / "annotated.parquet"
     proc, tmp = start_writer(out)
