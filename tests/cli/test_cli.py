@@ -171,6 +171,21 @@ def test_a_bug_exits_3_with_its_traceback_and_data_errors_exit_1(tmp_path):
     assert "Traceback" not in missing.stderr
 
 
+def test_ctrl_c_while_the_command_line_loads_exits_130_quietly():
+    """The executable's entry point catches a Ctrl-C that lands while typer and rich load."""
+    code = (
+        "import sys\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'gaca_cli.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "from gaca_cli.__main__ import main\nmain()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stderr == "", done.stderr
+
+
 def test_ctrl_c_after_the_command_finished_is_ignored(tmp_path):
     """A Ctrl-C while the interpreter shuts down (libraries' finalizers, after the output is
     in place) neither prints a traceback nor changes the exit status."""
