@@ -441,7 +441,9 @@ def _concat(tables: list[pa.Table], source: str) -> pa.Table:
 def _widened(t: pa.DataType) -> pa.DataType:
     """`t` with its text, binary and list types at their widest (string and string_view ->
     large_string, binary and binary_view -> large_binary, list -> large_list), also inside
-    lists, structs, maps and dictionaries."""
+    lists, structs and maps, and dictionaries decoded (a pandas categorical or a column read
+    as a dictionary in one file is plain text in another). List views are left as they are:
+    pyarrow 26 casts a list view to a list wrongly where its offsets do not increase."""
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return pa.large_string()
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
@@ -456,7 +458,7 @@ def _widened(t: pa.DataType) -> pa.DataType:
     if pa.types.is_struct(t):
         return pa.struct([t.field(i).with_type(_widened(t.field(i).type)) for i in range(t.num_fields)])
     if pa.types.is_dictionary(t):
-        return pa.dictionary(t.index_type, _widened(t.value_type), t.ordered)
+        return _widened(t.value_type)
     return t
 
 
@@ -470,8 +472,9 @@ def _unique_names(names: Sequence[str], path: str) -> None:
 
 
 def _text_width_types(schemas: Sequence[pa.Schema]) -> dict[str, pa.DataType]:
-    """For each column whose type differs between `schemas` only in a width: of its text,
-    binary or list offsets (string in a file from pyarrow, large_string in one from polars),
+    """For each column whose type differs between `schemas` only in a width or an encoding:
+    of its text, binary or list offsets (string in a file from pyarrow, large_string in one from
+    polars), a dictionary in one file and not in another (pandas categoricals),
     or of its integers (int32 and int64 step indices: int64) or floats (float32 and float64:
     float64), the type every file's column is read as: the wide one, as polars, duckdb and
     pyarrow's permissive promotion unify them. Null-typed columns are left to the default

@@ -345,6 +345,52 @@ def test_glob_of_a_pyarrow_and_a_polars_file_unifies_text_widths(tmp_path, monke
     assert result["tags"].to_pylist() == table["tags"].to_pylist()
 
 
+def _categorical_part(table: pa.Table, path: Path) -> None:
+    """pandas with its ids and prompts as categoricals: dictionary columns in the file."""
+    frame = table.to_pandas()
+    for name in (C.GROUP_ID, C.TRAJ_ID, "anchor_obs"):
+        frame[name] = frame[name].astype("category")
+    frame.to_parquet(path)
+
+
+def _string_view_part(table: pa.Table, path: Path) -> None:
+    """Every text column as string_view (what polars hands pyarrow), written by pyarrow."""
+    views = [
+        pa.string_view() if pa.types.is_string(t) or pa.types.is_large_string(t) else t for t in table.schema.types
+    ]
+    pq.write_table(table.cast(pa.schema([f.with_type(t) for f, t in zip(table.schema, views)])), path)
+
+
+@pytest.mark.parametrize("second", ["categorical", "string_view"])
+@pytest.mark.parametrize("layout", ["glob", "directory"])
+def test_a_text_column_encoded_differently_in_two_files_is_read_as_text(tmp_path, layout, second):
+    """A log of two files whose ids are plain text in one and a dictionary (a pandas
+    categorical) or string_view in the other is one log, for every method, with the same
+    advantages as the whole log in one file."""
+    table = corpus_log()
+    whole = tmp_path / "whole.parquet"
+    pq.write_table(table, whole)
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    pq.write_table(table.slice(0, 20), parts / "part-0.parquet")
+    {"categorical": _categorical_part, "string_view": _string_view_part}[second](
+        table.slice(20), parts / "part-1.parquet"
+    )
+    kinds = {str(pq.read_schema(p).field(C.GROUP_ID).type) for p in parts.iterdir()}
+    assert len(kinds) == 2, kinds
+    source = parts / "part-*.parquet" if layout == "glob" else parts
+    for method in ("grpo", "gigpo", "gaca"):
+        library_run([whole], method, tmp_path / f"want-{method}.parquet")
+        library_run([source], method, tmp_path / f"got-{method}.parquet")
+        want, got = (
+            pq.read_table(tmp_path / f"want-{method}.parquet"),
+            pq.read_table(tmp_path / f"got-{method}.parquet"),
+        )
+        for name in outputs_of(method):
+            assert got[name].equals(want[name]), (method, name)
+        assert got[C.GROUP_ID].to_pylist() == table[C.GROUP_ID].to_pylist()
+
+
 def test_int96_timestamps_keep_their_time_zone(tmp_path, monkeypatch):
     """pyarrow reads an INT96 timestamp without the zone its stored schema records (polars
     keeps it): both outputs store the input's own Arrow schema and INT96 again, so every reader
