@@ -80,6 +80,8 @@ def _int128(tmp_path: Path) -> Path:
     """polars' Int128, which pyarrow cannot read: found in one file and in a directory."""
     import polars as pl
 
+    if not hasattr(pl, "Int128"):
+        pytest.skip("this polars has no Int128")
     p = tmp_path / "int128.parquet"
     pl.from_arrow(full_table()).with_columns(pl.col("step_idx").cast(pl.Int128)).write_parquet(p)
     return p

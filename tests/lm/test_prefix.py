@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gaca_cli.lm.prefix import prefix_tree, shareable_lengths
+from tests.lm.tiny_models import sharing_arch
 
 
 def common(a: np.ndarray, b: np.ndarray) -> int:
@@ -91,7 +92,7 @@ def test_sequences_without_shared_prefix_stay_at_the_root():
     assert sorted(root.leaves) == [0, 1, 2, 3] and root.children == []
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+@pytest.mark.parametrize("arch", [sharing_arch(a) for a in ("llama", "gpt2", "qwen2")])
 def test_suffix_against_cached_prefix_equals_the_full_forward(arch, tmp_path):
     """fp32 on CPU: log-probs of suffixes scored against a prefix cached in two extensions equal
     the plain scorer's full forwards within 1e-5, for every architecture the tests cover."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.lm.test_score import ACTIONS, OBSERVATIONS, assert_matches, reference_scores, score_lib, write_log
+from tests.lm.tiny_models import sharing_arch
 
 TASK = "You are an agent in a house. " + "Find the brass key, open the garden door and reach the garden. " * 8
 
@@ -43,7 +44,7 @@ def windowed_rows(groups: int = 2, rollouts: int = 4, steps: int = 4, window: in
     return rows
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", [sharing_arch(a) for a in ("llama", "gpt2")])
 def test_shared_prefixes_give_the_full_forward_numbers_with_fewer_tokens(arch, tiny_llama, tiny_gpt2, tmp_path):
     model_dir = tiny_llama if arch == "llama" else tiny_gpt2
     rows = windowed_rows(seed=len(arch))
