@@ -80,10 +80,11 @@ def _int128(tmp_path: Path) -> Path:
     """polars' Int128, which pyarrow cannot read: found in one file and in a directory."""
     import polars as pl
 
-    if not hasattr(pl, "Int128"):
-        pytest.skip("this polars has no Int128")
     p = tmp_path / "int128.parquet"
-    pl.from_arrow(full_table()).with_columns(pl.col("step_idx").cast(pl.Int128)).write_parquet(p)
+    try:
+        pl.from_arrow(full_table()).with_columns(pl.col("step_idx").cast(pl.Int128)).write_parquet(p)
+    except (AttributeError, pl.exceptions.PolarsError) as exc:  # polars < 1.32 has no Int128 or cannot write it
+        pytest.skip(f"this polars cannot write Int128 to Parquet ({type(exc).__name__})")
     return p
 
 
