@@ -381,8 +381,7 @@ def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
 def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     """ppo with a KL penalty and seq-mean: a run interrupted after step 3 (checkpoint at 2) and
     resumed with --resume ends with the same parameters and metrics as an uninterrupted run."""
-    from gaca_cli.lm.training import TrainConfig, train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.training import TrainConfig
 
     rows = many_rows()
     rng = np.random.default_rng(0)
@@ -430,13 +429,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
         device="cpu",
     )
     part = tmp_path / "part"
-
-    def interrupt(kind, info):
-        if kind == "step" and info["step"] == 3:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(read_log([log]), config, part, on_event=interrupt)
+    interrupted_after_step(log, config, part, step=3)
     assert not (part / "model.safetensors").exists()
     res = run([log, *args, "-o", part, "--resume", "--json"])
     assert res.exit_code == 0, res.output
@@ -453,13 +446,13 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     assert ma[0]["kl"] == pytest.approx(0.0, abs=1e-7) and ma[-1]["kl"] > 0
 
 
-def interrupted_after_step_2(log: Path, config, out: Path) -> None:
-    """A run of `config` on `log` into `out`, interrupted (as Ctrl-C would) after step 2."""
+def interrupted_after_step(log: Path, config, out: Path, step: int = 2) -> None:
+    """A run of `config` on `log` into `out`, interrupted (as Ctrl-C would) after `step`."""
     from gaca_cli.lm.training import train
     from gaca_cli.log.io import read_log
 
     def interrupt(kind, info):
-        if kind == "step" and info["step"] == 2:
+        if kind == "step" and info["step"] == step:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -470,8 +463,7 @@ def test_resume_before_the_first_checkpoint_checks_the_run_and_starts_it_again(t
     """A run stopped after step 1, before its first checkpoint (step 2): --resume refuses other
     options or another log as it does after a checkpoint, and with the same ones runs from
     step 0 to the uninterrupted run's parameters and metrics."""
-    from gaca_cli.lm.training import TrainConfig, train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.training import TrainConfig
 
     log = write_log(tmp_path / "log.parquet", many_rows())
     other = write_log(tmp_path / "other.parquet", many_rows(n_traj=3))
@@ -480,13 +472,7 @@ def test_resume_before_the_first_checkpoint_checks_the_run_and_starts_it_again(t
     assert run([log, *args, "-o", full]).exit_code == 0
     config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=2, device="cpu")
     part = tmp_path / "part"
-
-    def interrupt(kind, info):
-        if kind == "step" and info["step"] == 1:
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(read_log([log]), config, part, on_event=interrupt)
+    interrupted_after_step(log, config, part, step=1)
     assert (part / "metrics.jsonl").exists() and not list((part / "checkpoints").glob("step-*"))
     res = run([log, *args, "--lr", "2e-5", "--resume", "-o", part])
     _assert_failed_cleanly(res, part / "model.safetensors", "started.json", "lr = 1e-05, now 2e-05")
@@ -524,7 +510,7 @@ def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
     log = write_log(tmp_path / "log.parquet", many_rows())
     config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=1, device="auto")
 
-    interrupted_after_step_2(log, config, tmp_path / "run")
+    interrupted_after_step(log, config, tmp_path / "run")
     args = [
         log,
         "--model",
@@ -570,7 +556,7 @@ def test_resume_refuses_changed_behavior_logprobs_and_a_replaced_model(tiny_llam
     log = write_log(tmp_path / "log.parquet", rows)
     config = TrainConfig(model=str(model), loss="ppo", max_steps=3, batch_size=6, save_every=1, device="cpu")
 
-    interrupted_after_step_2(log, config, tmp_path / "run")
+    interrupted_after_step(log, config, tmp_path / "run")
     args = ["--model", model, "--loss", "ppo", "--max-steps", "3", "--batch-size", "6", "--save-every", "1"]
     args += ["--device", "cpu", "--resume", "-o", tmp_path / "run"]
 
