@@ -26,7 +26,7 @@ from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import rows_text
 from gaca_cli.log.grouping import plain
-from gaca_cli.log.io import Log
+from gaca_cli.log.io import Log, widest_type
 
 #: where a step's tokens came from (StepTokens.source)
 FROM_TOKEN_IDS, FROM_PROMPT, FROM_MESSAGES = 0, 1, 2
@@ -73,13 +73,30 @@ def text_source(log: Log, context: str) -> str | None:
     return None
 
 
+def _rows_of(log: Log, name: str, rows: np.ndarray) -> pa.ChunkedArray:
+    """The values of column `name` at `rows`. A column holding views (string_view, as polars
+    hands pyarrow its text), which pyarrow 26 cannot take rows from, is cast once per log to
+    the same values as large_string."""
+    col = log.table.column(name)
+    wide = widest_type(col.type)
+    if wide != col.type and _holds_views(col.type):
+        col = log.cached(("rows_of", name), lambda: log.table.column(name).cast(wide))
+    return col.take(pa.array(rows))
+
+
+def _holds_views(t: pa.DataType) -> bool:
+    if pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        return True
+    return any(_holds_views(t.field(i).type) for i in range(t.num_fields))
+
+
 def _token_lists(col: pa.ChunkedArray, rows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """int32 arrays of a list<int> column at `rows`, and a bool mask of the non-null ones."""
     arr = plain(col.take(pa.array(rows)))
     valid = ~pc.is_null(arr).to_numpy(zero_copy_only=False)
     lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(arr).to_numpy(zero_copy_only=False)
-    if flat.dtype.kind != "i" and len(flat):  # nulls inside a list
+    if flat.dtype.kind not in "iu" and len(flat):  # nulls inside a list (read as floats)
         raise ValueError("null token id")
     flat = flat.astype(np.int64, copy=False)
     return np.split(flat, np.cumsum(lengths)[:-1]) if len(rows) else [], valid
@@ -93,7 +110,7 @@ def _render_messages(log: Log, tokenizer, rows: np.ndarray, model: str) -> list[
             file=model,
             column=log.original_name(C.MESSAGES),
         )
-    chats = log.table.column(C.MESSAGES).take(pa.array(rows)).to_pylist()
+    chats = _rows_of(log, C.MESSAGES, rows).to_pylist()
     out = []
     for row, chat in zip(rows, chats):
         try:
@@ -151,13 +168,15 @@ def tokenize_steps(
             column=missing,
         )
     if has_ids and context in ("auto", "tokens"):
-        try:
-            p_ids, p_ok = _token_lists(table.column(C.PROMPT_TOKEN_IDS), rows)
-            a_ids, a_ok = _token_lists(table.column(C.ACTION_TOKEN_IDS), rows)
-        except ValueError:
-            raise GacaError(
-                "token id lists must not contain nulls", file=log.source, column=log.original_name(C.PROMPT_TOKEN_IDS)
-            ) from None
+        lists = {}
+        for name in (C.PROMPT_TOKEN_IDS, C.ACTION_TOKEN_IDS):
+            try:
+                lists[name] = _token_lists(table.column(name), rows)
+            except ValueError:
+                raise GacaError(
+                    "token id lists must not contain nulls", file=log.source, column=log.original_name(name)
+                ) from None
+        (p_ids, p_ok), (a_ids, a_ok) = lists[C.PROMPT_TOKEN_IDS], lists[C.ACTION_TOKEN_IDS]
         use = p_ok & a_ok
         if context == "tokens" and not use.all():
             raise _error(log, C.PROMPT_TOKEN_IDS, "--context tokens: token ids are null", rows[~use])
@@ -178,12 +197,12 @@ def tokenize_steps(
             )
         text_rows = rows[need_text]
         if text_col == C.PROMPT:
-            contexts = table.column(C.PROMPT).take(pa.array(text_rows)).to_pylist()
+            contexts = _rows_of(log, C.PROMPT, text_rows).to_pylist()
             special = add_special_tokens
         else:
             contexts = _render_messages(log, tokenizer, text_rows, model)
             special = False  # a chat template writes its own special tokens
-        actions = table.column(C.ACTION).take(pa.array(text_rows)).to_pylist()
+        actions = _rows_of(log, C.ACTION, text_rows).to_pylist()
         ctx_tok = _tokenize(tokenizer, contexts, special)
         full_tok = _tokenize(tokenizer, [c + a for c, a in zip(contexts, actions)], special)
         bad: list[int] = []

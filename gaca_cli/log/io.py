@@ -438,7 +438,7 @@ def _concat(tables: list[pa.Table], source: str) -> pa.Table:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=source) from None
 
 
-def _widened(t: pa.DataType) -> pa.DataType:
+def widest_type(t: pa.DataType) -> pa.DataType:
     """`t` with its text, binary and list types at their widest (string and string_view ->
     large_string, binary and binary_view -> large_binary, list -> large_list), also inside
     lists, structs and maps, and dictionaries decoded (a pandas categorical or a column read
@@ -449,16 +449,16 @@ def _widened(t: pa.DataType) -> pa.DataType:
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
         return pa.large_binary()
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_widened(t.value_type)))
+        return pa.large_list(t.value_field.with_type(widest_type(t.value_type)))
     if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_widened(t.value_type)), t.list_size)
+        return pa.list_(t.value_field.with_type(widest_type(t.value_type)), t.list_size)
     if pa.types.is_map(t):
         key, item = t.key_field, t.item_field
-        return pa.map_(key.with_type(_widened(key.type)), item.with_type(_widened(item.type)), t.keys_sorted)
+        return pa.map_(key.with_type(widest_type(key.type)), item.with_type(widest_type(item.type)), t.keys_sorted)
     if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(_widened(t.field(i).type)) for i in range(t.num_fields)])
+        return pa.struct([t.field(i).with_type(widest_type(t.field(i).type)) for i in range(t.num_fields)])
     if pa.types.is_dictionary(t):
-        return _widened(t.value_type)
+        return widest_type(t.value_type)
     return t
 
 
@@ -489,7 +489,7 @@ def _text_width_types(schemas: Sequence[pa.Schema]) -> dict[str, pa.DataType]:
     for name, types in seen.items():
         if len(types) < 2:
             continue
-        wide = {_widened(t) for t in types}
+        wide = {widest_type(t) for t in types}
         if len(wide) == 1:
             targets[name] = wide.pop()
         elif all(pa.types.is_integer(t) for t in types) and pa.uint64() not in types:

@@ -1,7 +1,8 @@
-"""Token-id and log-prob lists in every layout Arrow reads from Parquet (list, large_list,
-list_view, large_list_view, fixed_size_list) give the same numbers as plain lists, in
-`gaca score` and `gaca train-offline`. The view layouts here store their values last row
-first, so a reader that took the offsets to be increasing would read the wrong tokens."""
+"""Columns in every layout Arrow reads from Parquet give the same numbers as the plain ones in
+`gaca score` and `gaca train-offline`: token-id and log-prob lists as list, large_list,
+list_view, large_list_view or fixed_size_list (the view layouts here store their values last
+row first, so a reader that took the offsets to be increasing would read the wrong tokens),
+token ids of unsigned types, and text as string_view (what polars hands pyarrow)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def id_rows(n_groups: int = 2, n_trajs: int = 2, n_steps: int = 2) -> dict[str, 
     return cols
 
 
-def write(path: Path, cols: dict[str, list], layouts: dict[str, str]) -> Path:
-    types = {C.PROMPT_TOKEN_IDS: pa.int32(), C.ACTION_TOKEN_IDS: pa.int32(), C.BEHAVIOR_LOGPROBS: pa.float32()}
+def write(path: Path, cols: dict[str, list], layouts: dict[str, str], id_type: pa.DataType = pa.int32()) -> Path:
+    types = {C.PROMPT_TOKEN_IDS: id_type, C.ACTION_TOKEN_IDS: id_type, C.BEHAVIOR_LOGPROBS: pa.float32()}
     arrays = {
         name: as_layout(values, types[name], layouts.get(name, "list")) if name in types else pa.array(values)
         for name, values in cols.items()
@@ -91,3 +92,39 @@ def test_train_offline_reads_behavior_logprobs_in_every_list_layout(tiny_llama, 
     for layout in LAYOUTS[1:]:
         for name, tensor in states["list"].items():
             assert tensor.equal(states[layout][name]), (layout, name)
+
+
+@pytest.mark.parametrize("id_type", [pa.uint16(), pa.uint32(), pa.int64()])
+def test_score_reads_token_ids_of_every_integer_type(tiny_llama, tmp_path, id_type):
+    cols = id_rows()
+    want = score_lib(write(tmp_path / "list.parquet", cols, {}), tiny_llama, tmp_path / "a.parquet")
+    got = score_lib(write(tmp_path / f"{id_type}.parquet", cols, {}, id_type), tiny_llama, tmp_path / "b.parquet")
+    assert got.table.column(C.NLL_SUM).equals(want.table.column(C.NLL_SUM))
+
+
+def test_score_and_train_read_text_held_as_string_view(tiny_llama, tmp_path):
+    """prompt and action as string_view, which pyarrow cannot take rows from."""
+    from tests.lm.test_score import make_rows
+
+    rows = make_rows(groups=2, trajs=2, steps=2, seed=3)
+    table = pa.Table.from_pylist(rows)
+    table = table.append_column(C.ADVANTAGE, pa.array(np.linspace(-1, 1, table.num_rows)))
+    plain_log = tmp_path / "plain.parquet"
+    pq.write_table(table, plain_log)
+
+    def views(t: pa.DataType) -> pa.DataType:  # top-level only: pyarrow cannot write nested views
+        return pa.string_view() if pa.types.is_string(t) or pa.types.is_large_string(t) else t
+
+    viewed = table.cast(pa.schema([f.with_type(views(f.type)) for f in table.schema]))
+    view_log = tmp_path / "views.parquet"
+    pq.write_table(viewed, view_log)
+    assert pq.read_schema(view_log).field(C.ACTION).type == pa.string_view()
+    for context in ("prompt", "messages"):
+        want = score_lib(plain_log, tiny_llama, tmp_path / f"a-{context}.parquet", context=context)
+        got = score_lib(view_log, tiny_llama, tmp_path / f"b-{context}.parquet", context=context)
+        assert got.table.column(C.NLL_SUM).equals(want.table.column(C.NLL_SUM)), context
+    common = ["--model", tiny_llama, "--loss", "pg", "--max-steps", "1", *FAST]
+    for name, log in (("plain", plain_log), ("views", view_log)):
+        assert run([log, *common, "-o", tmp_path / name]).exit_code == 0
+    a, b = load_state(tmp_path / "plain"), load_state(tmp_path / "views")
+    assert all(a[k].equal(b[k]) for k in a)
