@@ -78,9 +78,8 @@ def _rows_of(log: Log, name: str, rows: np.ndarray) -> pa.ChunkedArray:
     hands pyarrow its text), which pyarrow 26 cannot take rows from, is cast once per log to
     the same values as large_string."""
     col = log.table.column(name)
-    wide = widest_type(col.type)
-    if wide != col.type and _holds_views(col.type):
-        col = log.cached(("rows_of", name), lambda: log.table.column(name).cast(wide))
+    if _holds_views(col.type):
+        col = log.cached(("rows_of", name), lambda: log.table.column(name).cast(widest_type(col.type)))
     return col.take(pa.array(rows))
 
 
