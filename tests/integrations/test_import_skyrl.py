@@ -195,6 +195,37 @@ def test_stepwise_trajectory_repeated_after_its_last_step_gets_a_new_id(tmp_path
     assert ids == [f"{path}:step3:q0_1", f"{path}:step3:q0_1#2"]
 
 
+def test_stepwise_rows_out_of_turn_order_are_refused(tmp_path):
+    """A trajectory's rows swapped (its is_last_step row first) would split it in two; a file
+    that ends inside a trajectory is refused the same way, naming the row left open."""
+    source = STEPWISE.read_text().splitlines()
+    swapped = tmp_path / "swapped.jsonl"
+    swapped.write_text("\n".join([source[1], source[0], *source[2:]]) + "\n")
+    with pytest.raises(SourceError) as exc:
+        read(swapped)
+    assert str(exc.value).startswith(
+        f"{swapped}: line 2: field 'is_last_step': is false, and no later row continues trajectory q0_0: "
+    )
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(source[:4]) + "\n")  # q1_0's first row, without its later turns
+    with pytest.raises(SourceError, match=r"cut.jsonl: line 4: .* continues trajectory q1_0: "):
+        read(cut)
+
+
+def test_generator_fields_named_like_columns_are_kept_as_source_names(tmp_path):
+    """A row's own scalar field `reward`, `done` or `traj_id` does not replace the value the
+    import works out: it is kept as source_<name>, like every other field."""
+    rec = lines(BATCH)[0]
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({**rec, "reward": 99.0, "done": False, "traj_id": "mine", "instance_id": "x"}) + "\n")
+    rows = read(path)
+    assert [r["reward"] for r in rows] == [0.0, 1.0] and [r["done"] for r in rows] == [False, True]
+    assert {r["traj_id"] for r in rows} == {f"{path}:1"}
+    for r in rows:
+        assert (r["source_reward"], r["source_done"], r["source_traj_id"]) == (99.0, False, "mine")
+        assert r["source_instance_id"] == "x"
+
+
 @dataclass
 class _TID:
     instance_id: str

@@ -35,7 +35,6 @@ from gaca_cli.integrations.imports.base import (
     FormatInfo,
     ImportOptions,
     SourceError,
-    is_scalar,
     iter_jsonl,
     keep_columns,
     locate,
@@ -98,6 +97,13 @@ _GENERATOR_MAPPED = frozenset(
     {"prompt_token_ids", "response_ids", "rewards", "loss_masks", "rollout_logprobs", "is_last_step", "trajectory_ids"}
 )
 _GENERATOR_RENAMED = {"stop_reasons": "stop_reason", "trajectory_generation_times": "generation_time_s"}
+# the columns a generator-output row gets: a source field of one of these names is kept as source_<name>
+_GENERATOR_WRITTEN = SCHEMA_COLUMNS | {
+    "loss_mask_empty",
+    "instance_id",
+    "repetition_id",
+    *_GENERATOR_RENAMED.values(),
+}
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
@@ -106,7 +112,9 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     for path in files:
         if path.name == _AGGREGATED:
             continue  # the run's aggregate metrics: no rollout in it
-        open_steps: dict[str, int] = {}  # traj_id -> steps already yielded, while its rows continue
+        # traj_id -> (steps already yielded, line of its last row, its trajectory id as SkyRL
+        # writes it), while its rows continue
+        open_steps: dict[str, tuple[int, int, str]] = {}
         ended: dict[str, int] = {}  # trajectory key -> how many of its trajectories have ended
         for line, record in iter_jsonl(path):
             where = f"line {line}"
@@ -133,6 +141,16 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
                     "neither a SkyRL eval dump line (input_prompt, output_response, score) nor a generator "
                     "output row (response_ids, loss_masks, rewards)",
                 )
+        for _, line, name in open_steps.values():
+            # SkyRL writes every turn of a trajectory in one batch: rows out of order (or a file
+            # cut short) would otherwise split it silently
+            raise SourceError(
+                path,
+                f"line {line}",
+                "is_last_step",
+                f"is false, and no later row continues trajectory {name}: "
+                "the rows of a step-wise trajectory must be in turn order, its last with is_last_step true",
+            )
 
 
 def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> dict:
@@ -164,7 +182,7 @@ def _generator_rows(
     where: str,
     line: int,
     record: Mapping[str, Any],
-    open_steps: dict[str, int],
+    open_steps: dict[str, tuple[int, int, str]],
     ended: dict[str, int],
 ) -> Iterator[dict]:
     prompt_ids = _int_list(record, "prompt_token_ids", path, where)
@@ -218,16 +236,15 @@ def _generator_rows(
     empty_mask = not runs
     if empty_mask:
         runs = [(0, len(response_ids))]
-    first_step = open_steps.pop(traj_id, 0)
-    extra: dict[str, Any] = {}
+    first_step = open_steps.pop(traj_id, (0,))[0]
     common: dict[str, Any] = {"loss_mask_empty": empty_mask}
-    for k, value in record.items():
-        if k in _GENERATOR_MAPPED:
-            continue
-        if k in _GENERATOR_RENAMED:
-            common[_GENERATOR_RENAMED[k]] = value
-            continue
-        _keep(common, extra, k, value)
+    for k in _GENERATOR_RENAMED.keys() & record.keys():
+        common[_GENERATOR_RENAMED[k]] = record[k]
+    own, extra = split_fields(
+        (k, value) for k, value in record.items() if k not in _GENERATOR_MAPPED and k not in _GENERATOR_RENAMED
+    )
+    # a field named like a column the rows get (`reward`, `done`, ...) is kept as source_<name>
+    common.update(keep_columns(own, path, where, _GENERATOR_WRITTEN))
     if traj is not None:
         common["instance_id"] = str(traj["instance_id"])
         common["repetition_id"] = traj["repetition_id"]
@@ -256,11 +273,12 @@ def _generator_rows(
         if extra and last:
             row["extra"] = extra
         yield row
+    if traj is None:
+        return
     if last_row:
-        if traj is not None:
-            ended[key] = ended.get(key, 0) + 1
+        ended[key] = ended.get(key, 0) + 1
     else:
-        open_steps[traj_id] = first_step + len(runs)
+        open_steps[traj_id] = (first_step + len(runs), line, f"{traj['instance_id']}_{traj['repetition_id']}")
 
 
 def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
@@ -290,11 +308,6 @@ def _int_list(record: Mapping[str, Any], key: str, path: Path, where: str) -> li
         if isinstance(v, bool) or not isinstance(v, int):
             raise SourceError(path, where, key, f"must be a list of integers, got {json.dumps(v, default=str)[:40]}")
     return value
-
-
-def _keep(row: dict[str, Any], extra: dict[str, Any], key: str, value: Any) -> None:
-    """A source field the schema does not know: its own column when scalar, else into `extra`."""
-    (row if is_scalar(value) else extra)[key] = value
 
 
 def write_generator_output(
