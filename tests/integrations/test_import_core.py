@@ -195,6 +195,19 @@ def test_a_json_source_that_is_not_utf8_names_file_and_line(tmp_path, fmt, name)
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("fmt", "name"), JSON_FORMATS, ids=[f for f, _ in JSON_FORMATS])
+def test_a_lone_surrogate_escape_names_file_and_field(tmp_path, fmt, name):
+    """A JSON escape of half a UTF-16 pair (an emoji cut in two) cannot be stored as text: one
+    Error line naming the field, before any format reads the record; nothing written."""
+    src = tmp_path / name
+    src.write_text('{"text": "cut \\ud83d", "n": 1}\n')
+    where = "" if name.endswith(".json") else "line 1: "
+    expected = f"Error: {src}: {where}field 'text': not valid Unicode: a lone surrogate \\ud83d (half of a UTF-16 pair"
+    out = tmp_path / "out.parquet"
+    assert error_line(gaca("import", "--from", fmt, src, "-o", out)).startswith(expected)
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("fmt", ["trl", "art", "verl-agent"])
 def test_a_parquet_string_that_is_not_utf8_names_file_row_and_column(tmp_path, fmt):
     import pyarrow as pa

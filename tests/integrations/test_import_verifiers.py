@@ -137,6 +137,7 @@ def test_rollout_fields_named_like_columns_gaca_writes_are_kept_as_source_names(
     ("change", "field", "rule"),
     [
         ({"reward": "high"}, "reward", "must be a number"),
+        ({"reward": 10**400}, "reward", "is an integer of 401 digits, too large for a number"),
         ({"example_id": None}, "example_id", "missing"),
         ({"example_id": [1]}, "example_id", "must be an integer or a string"),
         ({"completion": [{"content": "no role"}]}, "completion", "must be a list of chat messages with a role"),

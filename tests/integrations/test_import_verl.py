@@ -196,6 +196,7 @@ def test_a_field_beside_its_source_name_is_one_error(tmp_path, field, kind):
 
 BAD_DUMP = [
     ({"score": "high"}, "field 'score': must be a number, got \"high\""),
+    ({"score": 10**400}, "field 'score': is an integer of 401 digits, too large for a number"),
     ({"step": 1.5}, "field 'step': must be an integer, got 1.5"),
     ({"output": None}, "field 'output': must be a string, got null"),
     ({"uid": "u_0_1"}, "field 'uid': output index 1 of session 'u_0': expected 0"),
@@ -231,6 +232,7 @@ BAD_AGENT = [
     ({"response_logprobs": [0.0]}, "field 'response_logprobs': has 1 values for 42 response_ids"),
     ({"reward_score": None}, "field 'reward_score': is null and the record has no 'score'"),
     ({"extra_fields": {"tool_rewards": ["a"]}}, "field 'extra_fields.tool_rewards': must be a list of numbers"),
+    ({"extra_fields": {"tool_rewards": [10**400]}}, "field 'extra_fields.tool_rewards': is an integer of 401 digits"),
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,10 +223,33 @@ def _not_utf8(path: str | os.PathLike, text: str, bad: int, first_line: int = 1)
     return SourceError(path, f"line {line}", None, f"not UTF-8 text (byte 0x{byte:02x} at column {column}){hint}")
 
 
+#: a JSON escape of a UTF-16 surrogate: paired ones decode to one character, a lone one does not
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_unicode(value: Any, text: str, path: str | os.PathLike, where: str | None) -> Any:
+    """`value` (parsed from `text`), or a SourceError naming the field with a lone surrogate
+    escape (half of a UTF-16 pair, as from an emoji cut in two): no Parquet column can hold it."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return value
+    fields = value.items() if isinstance(value, Mapping) else [(None, value)]
+    for key, item in fields:
+        for part in (key, item):
+            dumped = json.dumps(part, ensure_ascii=False)
+            try:
+                dumped.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                name = key if part is item else None
+                rule = f"not valid Unicode: a lone surrogate \\u{ord(dumped[exc.start]):04x} (half of a UTF-16 pair, e.g. a cut emoji)"
+                raise SourceError(path, where, name, rule) from None
+    return value
+
+
 def _loads(text: str, path: str | os.PathLike, where: str | None) -> Any:
-    """`json.loads(text)`; text that is not JSON is a SourceError."""
+    """`json.loads(text)`; text that is not JSON, or has a string that is not valid Unicode, is
+    a SourceError."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         line = where or f"line {exc.lineno}"
         raise SourceError(path, line, None, f"not valid JSON ({exc.msg})") from None
@@ -233,6 +257,7 @@ def _loads(text: str, path: str | os.PathLike, where: str | None) -> Any:
         raise SourceError(path, where, None, f"not valid JSON ({str(exc).split(':')[0]})") from None
     except RecursionError:
         raise SourceError(path, where, None, "not valid JSON (nested too deeply to read)") from None
+    return _check_unicode(value, text, path, where)
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
@@ -309,10 +334,16 @@ def require(record: Mapping[str, Any], key: str, file: str | os.PathLike, where:
 
 
 def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> float:
-    """A finite-or-not float from a JSON number (bool refused)."""
+    """A finite-or-not float from a JSON number (bool refused; an integer beyond a float's
+    range, ~1.8e308, is a SourceError too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SourceError(file, where, key, f"must be a number, got {json.dumps(value, default=str)[:40]}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise SourceError(
+            file, where, key, f"is an integer of {len(str(abs(value)))} digits, too large for a number"
+        ) from None
 
 
 def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]) -> list[Path]:

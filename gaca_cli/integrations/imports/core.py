@@ -135,14 +135,19 @@ def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_nam
         try:
             pa.array([value], type=target) if target is not None else pa.array([first, value])
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-            want = f"the schema's {target}" if target is not None else f"the type of its earlier values ({first!r:.40})"
-            raise _row_error(
-                row,
-                label,
-                name,
-                f"the {format_name} source gives {value!r:.60} here, which does not fit {want}; "
-                "a field must have one type in every record",
-            ) from None
+            if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+                rule = f"the {format_name} source gives {value!r:.60} here, an integer outside the 64-bit range a column holds"
+            else:
+                want = (
+                    f"the schema's {target}"
+                    if target is not None
+                    else f"the type of its earlier values ({first!r:.40})"
+                )
+                rule = (
+                    f"the {format_name} source gives {value!r:.60} here, which does not fit {want}; "
+                    "a field must have one type in every record"
+                )
+            raise _row_error(row, label, name, rule) from None
     raise GacaError(f"the {format_name} source's values cannot be stored in one column", file=label, column=name)
 
 

@@ -256,7 +256,7 @@ def _generator_rows(
         if per_token:
             reward = float(sum(token_rewards[seg_start:seg_end]))
         else:
-            reward = float(rewards_raw) if i == len(runs) - 1 else 0.0
+            reward = number(rewards_raw, path, where, "rewards") if i == len(runs) - 1 else 0.0
         last = i == len(runs) - 1
         row: dict[str, Any] = {
             "group_id": group_id,

@@ -43,6 +43,7 @@ from gaca_cli.integrations.imports.base import (
     iter_parquet_rows,
     keep_columns,
     locate,
+    number,
     split_chat,
     split_fields,
     text_of,
@@ -147,8 +148,9 @@ def _reward(
         if value is None or math.isnan(value):
             per_function[name] = None
             continue
-        per_function[name] = float(value)
-        total += weight * float(value)
+        score = number(value, path, where, name)
+        per_function[name] = score
+        total += weight * score
         applied += 1
     if applied == 0:
         raise SourceError(

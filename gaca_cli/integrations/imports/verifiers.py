@@ -441,7 +441,7 @@ def _step(
                     f"{field}.logprobs",
                     f"must hold one value per sampled token ({n_sampled}), got {len(logprobs)}",
                 )
-            step["behavior_logprobs"] = [float(v) for v in logprobs]
+            step["behavior_logprobs"] = [number(v, path, where, f"{field}.logprobs") for v in logprobs]
     elif tokens:  # tokens the mask does not split into scaffold then sample: kept as written
         extra["node_tokens"] = {"token_ids": tokens, "mask": mask, "logprobs": logprobs}
 

@@ -57,6 +57,7 @@ from gaca_cli.integrations.imports.base import (
     keep_columns,
     locate,
     located,
+    number,
     split_fields,
 )
 from gaca_cli.log import columns as C
@@ -135,7 +136,7 @@ def _number(record: Mapping[str, Any], key: str, path: Path, where: str) -> floa
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         problem = "missing" if key not in record else f"must be a number, got {_show(value)}"
         raise SourceError(path, where, key, problem)
-    return float(value)
+    return number(value, path, where, key)
 
 
 def _integer(record: Mapping[str, Any], key: str, path: Path, where: str) -> int:
@@ -278,7 +279,7 @@ def _int_list(record: Mapping[str, Any], key: str, path: Path, where: str) -> li
 def _float_list(value: Any, path: Path, where: str, key: str) -> list[float]:
     if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
         raise SourceError(path, where, key, f"must be a list of numbers, got {_show(value)}")
-    return [float(v) for v in value]
+    return [number(v, path, where, key) for v in value]
 
 
 def _runs(mask: Sequence[int], path: Path, where: str) -> list[tuple[int, int]]:

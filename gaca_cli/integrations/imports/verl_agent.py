@@ -25,6 +25,7 @@ from gaca_cli.integrations.imports.base import (
     iter_jsonl,
     iter_parquet_rows,
     locate,
+    number,
 )
 from gaca_cli.log import columns as C
 
@@ -83,7 +84,7 @@ def _check(record: Any, path: Path, where: str) -> dict[str, Any]:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             problem = "missing" if value is None else f"must be a number, got {_show(value)}"
             raise SourceError(path, where, key, problem)
-        row[key] = float(value)
+        row[key] = number(value, path, where, key)
     done = row.get(C.DONE)
     if done is not None and not isinstance(done, bool):
         raise SourceError(path, where, C.DONE, f"must be true or false, got {_show(done)}")
