@@ -149,6 +149,42 @@ def test_a_file_outside_arts_layout_has_no_split(tmp_path):
     assert rows[0]["group_id"] == f"{copy}:g0"
 
 
+def test_other_columns_and_message_fields_are_kept(tmp_path):
+    """Nothing the file holds is dropped: a column ART does not write (a scalar as its own
+    column, one named like a column of the log as source_<name>, a nested one in `extra`), and a
+    message's other fields (an OpenAI `name`), on the turn's step or in the later context."""
+    table = pq.read_table(TRAIN)
+    n = table.num_rows
+    table = table.append_column("judge_note", pa.array([f"note {i}" for i in range(n)]))
+    table = table.append_column("traj_id", pa.array(["mine"] * n))
+    table = table.append_column("scores", pa.array([[1, 2]] * n))
+    path = tmp_path / "trajectories" / "train" / "0000.parquet"  # ART's layout: the same split and step
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    plain = read(TRAIN)
+    rows = read(path)
+    assert len(rows) == len(plain)
+    for row, before in zip(rows, plain):
+        assert row["traj_id"] == before["traj_id"].replace(str(TRAIN), str(path)) and row["source_traj_id"] == "mine"
+        assert row["extra"] == {**before.get("extra", {}), "scores": [1, 2]}
+        assert {k: v for k, v in row.items() if k in before and k not in ("group_id", "traj_id", "extra")} == {
+            k: v for k, v in before.items() if k not in ("group_id", "traj_id", "extra")
+        }
+    assert {r["judge_note"] for r in rows} == {f"note {i}" for i in range(n)}
+    lines = [json.loads(line) for line in LEGACY.read_text().splitlines()]
+    chat = lines[0]["trajectories"][0]["messages_and_choices"]
+    chat[1]["name"] = "player"  # the task message: context of every step
+    chat[2]["message"]["refusal"] = "no"  # a Choice: its step
+    legacy = tmp_path / "0000.jsonl"
+    legacy.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    steps = [r for r in read(legacy) if r["traj_id"] == f"{legacy}:g0/t0"]
+    assert steps[0]["extra"]["message_fields"] == {"refusal": "no"}
+    assert steps[0]["extra"]["context_message_fields"] == {"1": {"name": "player"}}
+    for later in steps[1:]:  # the first turn is in their context now
+        assert later["extra"]["context_message_fields"] == {"1": {"name": "player"}, "2": {"refusal": "no"}}
+        assert "message_fields" not in later["extra"]
+
+
 def _bad_parquet(tmp_path: Path, column: str, values: list) -> Path:
     table = pq.read_table(TRAIN)
     index = table.schema.get_field_index(column)

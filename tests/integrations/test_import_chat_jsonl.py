@@ -153,6 +153,17 @@ BAD = [
     ({"action": "a", "traj_id": "t", "group_id": "g", "reward": 0}, "line 1: field 'messages': missing"),
     ({"action": "a", "group_id": "g", "reward": 0, "prompt": "p"}, "line 1: field 'traj_id': missing"),
     ({"action": "a", "traj_id": "t", "group_id": "g", "reward": 0, "prompt": "p", "step_idx": 1.5}, "field 'step_idx'"),
+    ({"action": None, "traj_id": "t", "group_id": "g", "reward": 0, "prompt": "p"}, "line 1: field 'action': is null"),
+    ({"messages": [{"role": None, "content": "x"}, *chat("a")[1:]], "reward": 1}, "field 'messages': must be a list"),
+    ({"messages": chat("a"), "reward": 10**400}, "line 1: field 'reward': is an integer of 401 digits, too large"),
+    (
+        {"messages": chat("a", "o", "b"), "reward": 1.0, "rewards": [0, 0]},
+        "line 1: field 'reward': is 1.0, but `rewards` sums to 0.0: give one of the two, or both in agreement",
+    ),
+    (
+        {"messages": chat("a"), "reward": 1, "seed": 2**63 + 5},
+        "line 1: field 'seed': the chat-jsonl source gives 9223372036854775813 here, an integer outside the 64-bit",
+    ),
 ]
 
 
@@ -230,6 +241,52 @@ def test_a_field_named_extra_is_kept_as_source_extra(tmp_path):
     assert json.loads(rows[0]["extra"]) == {"env": {"k": 1}}
     assert json.loads(rows[1]["extra"]) == {"extra": {"nested": True}}  # a nested one: in `extra`, by name
     assert set(summary["kept"]) == {"source_extra", "extra"}
+
+
+def test_fields_named_like_columns_that_a_record_does_not_read_are_kept(tmp_path):
+    """Nothing is dropped: a `prompt` beside `messages`, a `step_idx` in a whole chat, `rewards`
+    in a step record are kept (as source_<name> when named like a column of the log); a
+    `reward` that agrees with `rewards` is the same outcome; a null `done` is absent."""
+    records = [
+        {"messages": chat("a", "o", "b"), "rewards": [0.25, 0.5], "reward": 0.75, "traj_id": "t0", "prompt": "P"},
+        {"messages": chat("a"), "reward": 1, "traj_id": "t1", "step_idx": 7, "done": None},
+        {
+            "action": "x",
+            "messages": [TASK],
+            "prompt": "Q",
+            "rewards": [1],
+            "traj_id": "t2",
+            "group_id": "g",
+            "reward": 1,
+            "episode_reward": 1,
+        },
+    ]
+    src = write_jsonl(tmp_path / "kept.jsonl", records)
+    import_json("chat-jsonl", src, out=tmp_path / "out.parquet")
+    rows = rows_of(tmp_path / "out.parquet")
+    assert [r["traj_id"] for r in rows] == ["t0", "t0", "t1", "t2"]
+    assert [r["reward"] for r in rows] == [0.25, 0.5, 1.0, 1.0] and rows[1]["episode_reward"] == 0.75
+    assert [r["source_prompt"] for r in rows] == ["P", "P", None, "Q"]
+    assert "prompt" not in rows[0]  # the context is `messages` in every record
+    assert [r["source_step_idx"] for r in rows] == [None, None, 7, None] and rows[2]["step_idx"] == 0
+    assert rows[2]["done"] is True  # null: the default, the chat's last turn is done
+    assert json.loads(rows[3]["extra"]) == {"rewards": [1]}
+
+
+def test_a_lone_surrogate_escape_names_its_field_and_a_pair_is_one_character(tmp_path):
+    good = json.dumps({"messages": chat("smile \ud83d\ude00"), "reward": 1, "traj_id": "t0"})
+    cut = json.dumps({"messages": chat("a"), "reward": 1, "traj_id": "t1", "note": "cut \ud83d"})
+    src = write_jsonl(tmp_path / "s.jsonl", [good, cut])
+    out = tmp_path / "out.parquet"
+    line = error_line(gaca("import", "--from", "chat-jsonl", src, "-o", out))
+    assert line == (
+        f"Error: {src}: line 2: field 'note': not valid Unicode: a lone surrogate \\ud83d "
+        "(half of a UTF-16 pair, e.g. a cut emoji)"
+    )
+    assert not out.exists()
+    write_jsonl(src, [good])
+    import_json("chat-jsonl", src, out=out)
+    assert rows_of(out)[0]["action"] == "smile \U0001f600"
 
 
 CLASHES = [

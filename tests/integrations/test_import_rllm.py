@@ -134,6 +134,14 @@ def test_the_cut_off_rollout_has_no_done_step():
     assert rows[0]["termination_reason"] == "max_turns_exceeded" and rows[0]["success"] is False
 
 
+def test_a_null_done_reads_as_absent(tmp_path):
+    """`"done": null`, as a JSON writer puts an unset optional field: False, rllm's default."""
+    path = _broken(tmp_path, lambda e: _step(e).update(done=None))
+    assert [r["done"] for r in read(path)] == [
+        r["done"] for r in read(_broken(tmp_path, lambda e: _step(e).pop("done")))
+    ]
+
+
 def test_batch_summary_is_passed_over():
     assert read(LOGGED / "batch_summary.json") == []
 
@@ -303,6 +311,10 @@ def _step(e: dict, i: int = 1) -> dict:
         (lambda e: e["trajectories"][0].update(reward="high"), "trajectories[0]: field 'reward': must be a number"),
         (lambda e: _step(e).pop("reward"), "trajectories[0].steps[1]: field 'reward': missing"),
         (lambda e: _step(e).update(done=1), "trajectories[0].steps[1]: field 'done': must be true or false"),
+        (
+            lambda e: _step(e).update(reward=-(10**400)),
+            "trajectories[0].steps[1]: field 'reward': is an integer of 401",
+        ),
         (
             lambda e: _step(e).update(chat_completions="hello"),
             "trajectories[0].steps[1]: field 'chat_completions': must be a list of chat messages",

@@ -25,14 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     iter_jsonl,
     iter_parquet_rows,
+    keep_columns,
     located,
     number,
     split_chat,
+    split_fields,
 )
 
 INFO = FormatInfo(
@@ -51,7 +54,8 @@ INFO = FormatInfo(
         "finish_reason": "a Choice's finish_reason (jsonl only)",
         "group_index": "group_index (jsonl: the line's position in the file)",
         "extra": "metrics, metadata, tools, logs, group_metadata, group_metrics, group_logs, "
-        "additional_histories, the context's tool_call_ids",
+        "additional_histories, the context's tool_call_ids, messages' other fields (message_fields, "
+        "context_message_fields)",
     },
     derived={
         "group_id": "FILE:g<group_index>: the trajectories of one TrajectoryGroup",
@@ -69,6 +73,12 @@ HISTORY = "history.jsonl"
 
 #: the trajectory-level fields kept in `extra` (JSON text in the Parquet files, objects in JSONL)
 KEPT = ("metrics", "metadata", "tools", "logs", "group_metadata", "group_metrics", "group_logs")
+#: the Parquet columns read above; any other is kept as it is (`_others`)
+READ_COLUMNS = frozenset({"group_index", "reward", "messages", *KEPT})
+#: the columns the rows get: a source column of one of these names is kept as source_<name>
+WRITTEN = SCHEMA_COLUMNS | {"group_index", "split", "training_step", "trainable", "finish_reason"}
+#: the message fields read as the chat; a message's others are kept in `extra`
+MESSAGE_FIELDS = frozenset({"role", "content", "tool_calls", "tool_call_id", "trainable"})
 
 
 def _layout(path: Path) -> dict[str, Any]:
@@ -105,6 +115,15 @@ def _parquet_message(m: Any, path: Path, where: str) -> dict[str, Any]:
         message["tool_calls"] = calls
     if m.get("tool_call_id"):
         message["tool_call_id"] = m["tool_call_id"]
+    return _with_fields(message, m)
+
+
+def _with_fields(message: dict[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """`message` with the source message's other fields (an OpenAI `name`, `refusal`, ...) as
+    `message_fields`, so that the step keeps them in `extra`."""
+    rest = {k: v for k, v in source.items() if k not in MESSAGE_FIELDS and v is not None}
+    if rest:
+        message["message_fields"] = rest
     return message
 
 
@@ -130,7 +149,7 @@ def _jsonl_message(m: Any, path: Path, where: str) -> dict[str, Any]:
         return message
     if not isinstance(m.get("role"), str):
         raise SourceError(path, where, "messages_and_choices", "each message needs a string 'role'")
-    return {**m, "trainable": False}
+    return _with_fields({k: m[k] for k in MESSAGE_FIELDS & m.keys()} | {"trainable": False}, m)
 
 
 def _steps(
@@ -148,12 +167,17 @@ def _steps(
         raise SourceError(path, where, field, "has no assistant turn (nothing the policy did)")
     group_id, traj_id = ids
     tool_call_ids: list[str] = []
+    context_fields: dict[str, Any] = {}  # position in the chat -> a context message's other fields
     seen = 0
     for i, (context, action, message) in enumerate(turns):
-        # the ids of the tool results in this turn's context (the context keeps role and content only)
-        for m in messages[seen : len(context)]:
+        # the ids of the tool results in this turn's context, and its messages' other fields
+        # (the context keeps role and content only)
+        for position in range(seen, len(context)):
+            m = messages[position]
             if m.get("tool_call_id"):
                 tool_call_ids.append(str(m["tool_call_id"]))
+            if m.get("message_fields"):
+                context_fields[str(position)] = m["message_fields"]
         seen = len(context)
         last = i == len(turns) - 1
         row: dict[str, Any] = {
@@ -175,6 +199,8 @@ def _steps(
             step_extra["tool_call_ids"] = list(tool_call_ids)
         if message.get("message_fields"):
             step_extra["message_fields"] = message["message_fields"]
+        if context_fields:
+            step_extra["context_message_fields"] = dict(context_fields)
         if step_extra:
             row["extra"] = step_extra
         yield row
@@ -209,8 +235,11 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
                 parsed = _json_field(value, path, where, key)
                 if parsed:
                     extra[key] = parsed
+        own, nested = split_fields((key, value) for key, value in record.items() if key not in READ_COLUMNS)
+        columns = {"group_index": group, **layout, **keep_columns(own, path, where, WRITTEN)}
+        extra.update(nested)
         ids = (f"{path}:g{group}", f"{path}:g{group}/t{k}")
-        rows = _steps(messages, reward, ids, {"group_index": group, **layout}, extra, path, where, "messages")
+        rows = _steps(messages, reward, ids, columns, extra, path, where, "messages")
         yield from located(rows, path, where)
 
 

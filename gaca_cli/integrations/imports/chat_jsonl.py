@@ -14,11 +14,13 @@ The field names are gaca's; `--map FIELD=SOURCE` reads another name (e.g. `--map
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
@@ -83,28 +85,37 @@ def _id(value: Any, path: Path, where: str, key: str) -> str:
 
 
 def _rest(record: Mapping[str, Any], used: set[str], path: Path, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The record's other fields: scalars as their own columns, nested values in `extra`. A
-    scalar field named `extra` is kept as `source_extra` (the column `extra` holds the nested
-    fields); one beside a field `source_extra` is an error (see `keep_columns`)."""
+    """The record's fields this kind of record does not read (`used`: the source names it
+    read): scalars as their own columns, nested values in `extra`. One named like a column of
+    the log (a `prompt` beside `messages`, a `step_idx` in a whole chat, a scalar `extra`, a
+    `reward` that --map replaced) is kept as `source_<name>`; one beside a field
+    `source_<name>` is an error (see `keep_columns`)."""
     own, nested = split_fields((key, value) for key, value in record.items() if key not in used)
-    return keep_columns(own, path, where, {EXTRA}), nested
+    return keep_columns(own, path, where, SCHEMA_COLUMNS), nested
 
 
 def _with_rest(row: dict[str, Any], own: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`row` plus the record's other fields; one whose name the row already uses (a field read
-    under another name with --map) goes in `extra`."""
-    clashes = {key: value for key, value in own.items() if key in row}
-    row.update({key: value for key, value in own.items() if key not in row})
-    extra = {**extra, **clashes}
+    """`row` plus the record's other fields (none of which is named like a column of the row)."""
+    row.update(own)
     if extra:
         row["extra"] = extra
     return row
 
 
 def _messages(value: Any, path: Path, where: str, key: str) -> list[Mapping[str, Any]]:
-    if not isinstance(value, list) or not all(isinstance(m, Mapping) and "role" in m for m in value):
-        raise SourceError(path, where, key, "must be a list of chat messages ({'role': ..., 'content': ...})")
+    if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
+        raise SourceError(
+            path, where, key, "must be a list of chat messages ({'role': ..., 'content': ...}), each role a string"
+        )
     return value
+
+
+def _done(record: Mapping[str, Any], key: str, path: Path, where: str) -> bool | None:
+    """The record's `done`, None when absent or null."""
+    done = record.get(key)
+    if done is not None and not isinstance(done, bool):
+        raise SourceError(path, where, key, f"must be true or false, got {done!r:.40}")
+    return done
 
 
 def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: ImportOptions) -> Iterator[dict]:
@@ -121,6 +132,16 @@ def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: Impor
             raise SourceError(path, where, f["rewards"], f"must be a list of {n} numbers (one per assistant turn)")
         step_rewards = [number(r, path, where, f["rewards"]) for r in rewards]
         outcome = sum(step_rewards)
+        if record.get(f["reward"]) is not None:  # the outcome too: it must agree, or one would be lost
+            given = number(record[f["reward"]], path, where, f["reward"])
+            if not math.isclose(given, outcome, rel_tol=1e-9, abs_tol=1e-12):
+                raise SourceError(
+                    path,
+                    where,
+                    f["reward"],
+                    f"is {given!r}, but `{f['rewards']}` sums to {outcome!r}: give one of the two, or both "
+                    "in agreement",
+                )
     elif record.get(f["reward"]) is not None:
         outcome = number(record[f["reward"]], path, where, f["reward"])
         step_rewards = [0.0] * (n - 1) + [outcome]
@@ -139,10 +160,9 @@ def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: Impor
         group_id = hashlib.blake2b(task.encode("utf-8"), digest_size=8).hexdigest()
     else:
         group_id = _id(group, path, where, f["group_id"])
-    done = record.get(f["done"], True)
-    if not isinstance(done, bool):
-        raise SourceError(path, where, f["done"], f"must be true or false, got {done!r:.40}")
-    own, extra = _rest(record, set(f.values()), path, where)
+    done = _done(record, f["done"], path, where) is not False
+    used = {f[name] for name in ("group_id", "traj_id", "messages", "reward", "rewards", "episode_reward")}
+    own, extra = _rest(record, used | {f["anchor_obs"], f["done"]}, path, where)
     for i, (context, action, _message) in enumerate(turns):
         row = {
             "group_id": group_id,
@@ -168,12 +188,16 @@ def _step(
         if record.get(f[key]) is None:
             raise SourceError(path, where, f[key], "missing (a step record needs traj_id, group_id and reward)")
     traj_id = _id(record[f["traj_id"]], path, where, f["traj_id"])
+    if record[f["action"]] is None:
+        raise SourceError(path, where, f["action"], "is null (a step record's action is text, possibly empty)")
     row: dict[str, Any] = {
         "group_id": _id(record[f["group_id"]], path, where, f["group_id"]),
         "traj_id": traj_id,
         "reward": number(record[f["reward"]], path, where, f["reward"]),
         "action": text_of(record[f["action"]]),
     }
+    used = {f[name] for name in ("group_id", "traj_id", "reward", "action", "step_idx", "episode_reward")}
+    used |= {f["anchor_obs"], f["done"]}
     step = record.get(f["step_idx"])
     if step is None:
         step = counters.get(traj_id, 0)
@@ -183,9 +207,11 @@ def _step(
     row["step_idx"] = step
     if record.get(f["messages"]) is not None:
         messages = _messages(record[f["messages"]], path, where, f["messages"])
-        row["messages"] = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in messages]
+        row["messages"] = [{"role": m["role"], "content": text_of(m.get("content"))} for m in messages]
+        used.add(f["messages"])
     elif record.get(f["prompt"]) is not None:
         row["prompt"] = text_of(record[f["prompt"]])
+        used.add(f["prompt"])
     else:
         raise SourceError(
             path, where, f["messages"], f"missing (a step record needs `{f['messages']}` or `{f['prompt']}`)"
@@ -194,11 +220,10 @@ def _step(
         row["episode_reward"] = number(record[f["episode_reward"]], path, where, f["episode_reward"])
     if record.get(f["anchor_obs"]) is not None:
         row["anchor_obs"] = text_of(record[f["anchor_obs"]])
-    if record.get(f["done"]) is not None:
-        if not isinstance(record[f["done"]], bool):
-            raise SourceError(path, where, f["done"], f"must be true or false, got {record[f['done']]!r:.40}")
-        row["done"] = record[f["done"]]
-    own, extra = _rest(record, set(f.values()), path, where)
+    done = _done(record, f["done"], path, where)
+    if done is not None:
+        row["done"] = done
+    own, extra = _rest(record, used, path, where)
     return _with_rest(row, own, extra)
 
 

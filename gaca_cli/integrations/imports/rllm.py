@@ -223,8 +223,10 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
     messages, action = _context_and_action(step, path, where)
     if step.get("reward") is None:
         raise SourceError(path, where, "reward", "missing")
-    done = step.get("done", False)
-    if not isinstance(done, bool):
+    done = step.get("done")
+    if done is None:
+        done = False  # absent or null: rllm's Step default
+    elif not isinstance(done, bool):
         raise SourceError(path, where, "done", f"must be true or false, got {done!r:.40}")
     row: dict[str, Any] = {
         "reward": number(step["reward"], path, where, "reward"),
