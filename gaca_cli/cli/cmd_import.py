@@ -131,7 +131,11 @@ def import_(
         raise typer.BadParameter("give the files, globs or directories to import", param_hint="'SRC...'")
     options = import_options(source_format, field_maps, reward_weights)
     check_command(command)
-    out = output_path(sources, output, "gaca")
+    from gaca_cli.integrations.imports import format_module
+    from gaca_cli.integrations.imports.base import companion_files
+
+    companions = companion_files(sources, format_module(source_format).INFO.companions)
+    out = output_path(sources, output, "gaca", also_read=companions)
     from gaca_cli.integrations.imports.core import run_import
     from gaca_cli.render import import_summary
 

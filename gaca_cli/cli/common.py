@@ -50,9 +50,10 @@ def column_map(items: Sequence[str]) -> dict[str, str]:
         raise typer.BadParameter(str(exc), param_hint="'--map'") from None
 
 
-def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Path:
+def output_path(inputs: Sequence[Path], output: Path | None, suffix: str, also_read: Sequence[Path] = ()) -> Path:
     """-o if given, else `<stem>.<suffix>.parquet` beside a single input file. Refuses to
-    overwrite an input or to write inside an input directory."""
+    overwrite an input (or a file in `also_read`, which the command reads besides) or to write
+    inside an input directory."""
     from gaca_cli.log.io import same_or_inside
 
     if output is None:
@@ -67,6 +68,11 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str) -> Pat
         raise typer.BadParameter(
             f"{output} would overwrite or fall inside the input {clash}; choose another -o",
             param_hint="'-o'",
+        )
+    clash = same_or_inside(output, also_read)
+    if clash is not None:
+        raise typer.BadParameter(
+            f"{output} would overwrite {clash}, which is read with the input; choose another -o", param_hint="'-o'"
         )
     check_output(output)
     return output

@@ -748,6 +748,26 @@ def temporary_dir(out: str | os.PathLike) -> Path:
         raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
 
 
+def missing_dirs(path: str | os.PathLike) -> list[Path]:
+    """The folders on the way to `path` (itself included) that do not exist yet, deepest
+    first: what a run that creates them and then fails removes again (`remove_empty`)."""
+    missing = []
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def remove_empty(dirs: Sequence[Path]) -> None:
+    """Remove the folders `dirs` (deepest first) while they are empty."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            return
+
+
 def discard_dir(path: str | os.PathLike, out: str | os.PathLike) -> None:
     """Remove the directory `path` (a work directory beside `out`) so that a kill midway
     leaves nothing half-removed under its name: it is renamed at once to a temporary name of

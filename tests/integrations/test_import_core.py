@@ -4,6 +4,8 @@ the summary's missing notes, usage errors naming their flag, and `--list`."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -60,6 +62,37 @@ def test_nothing_is_left_behind_on_failure_and_an_old_output_is_kept(tmp_path, m
     res = gaca("import", "--from", "chat-jsonl", src, "-o", out)
     assert res.exit_code == 1 and "line 6" in res.stderr
     assert out.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.parquet", "r.jsonl"]
+
+
+def test_a_failed_import_removes_the_folders_it_created(tmp_path):
+    src = write_jsonl(tmp_path / "r.jsonl", [{"messages": chat("a"), "reward": "bad"}])
+    res = gaca("import", "--from", "chat-jsonl", src, "-o", tmp_path / "new" / "deeper" / "out.parquet")
+    assert res.exit_code == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl"]
+    (tmp_path / "kept").mkdir()  # one that was there before stays
+    res = gaca("import", "--from", "chat-jsonl", src, "-o", tmp_path / "kept" / "new" / "out.parquet")
+    assert res.exit_code == 1 and list((tmp_path / "kept").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("fmt", "source", "companion"),
+    [
+        ("swift", "swift/grpo/completions.jsonl", "args.json"),
+        ("verifiers", "verifiers/evals/math-tools--tiny-model/run0/results.jsonl", "metadata.json"),
+    ],
+)
+def test_the_output_never_replaces_a_file_read_beside_the_source(tmp_path, fmt, source, companion):
+    """ms-swift's args.json and verifiers' metadata.json are read with the source: -o onto one
+    is a usage error, as -o onto the source itself is."""
+    data = Path(__file__).parents[1] / "data"
+    shutil.copytree((data / source).parent, tmp_path / "run")
+    target = tmp_path / "run" / companion
+    before = target.read_bytes()
+    for src in [tmp_path / "run" / Path(source).name, tmp_path / "run" / "*.jsonl"]:
+        res = gaca("import", "--from", fmt, src, "-o", target)
+        assert res.exit_code == 2 and f"would overwrite {target}, which is read with the input" in " ".join(
+            res.stderr.split()
+        ), res.stderr
+    assert target.read_bytes() == before
 
 
 def test_missing_notes():

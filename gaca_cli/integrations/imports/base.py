@@ -51,6 +51,7 @@ class FormatInfo:
     source: str  # the framework file(s) and version this importer follows
     mapped: Mapping[str, str] = field(default_factory=dict)  # gaca column -> source field
     derived: Mapping[str, str] = field(default_factory=dict)  # gaca column -> how it is derived
+    companions: tuple[str, ...] = ()  # files read beside a source file (the output never replaces them)
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,21 @@ def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> 
         raise SourceError(
             file, where, key, f"is an integer of {len(str(abs(value)))} digits, too large for a number"
         ) from None
+
+
+def companion_files(sources: Iterable[str | os.PathLike], companions: Sequence[str]) -> list[Path]:
+    """The existing files named `companions` beside each source file (globs expanded), which a
+    format reads along with it (ms-swift's args.json, verifiers' metadata.json)."""
+    import glob
+
+    found: list[Path] = []
+    for raw in sources:
+        text = str(raw)
+        matches = glob.glob(text, recursive=True) if any(ch in "*?[" for ch in text) else [text]
+        for m in matches:
+            if os.path.isfile(m):
+                found.extend(p for name in companions if (p := Path(m).parent / name).is_file())
+    return found
 
 
 def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]) -> list[Path]:

@@ -285,7 +285,7 @@ def run_import(
     GacaError (nothing written); a broken schema rule is returned in `violations` (nothing
     written either)."""
     from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import atomic_path, read_log, temporary_dir
+    from gaca_cli.log.io import atomic_path, missing_dirs, read_log, remove_empty, temporary_dir
 
     if format_name not in FORMATS:
         raise GacaError(f"unknown format {format_name!r}; use one of {', '.join(FORMATS)}")
@@ -294,6 +294,7 @@ def run_import(
     files = expand_sources(sources, info.suffixes)
     label = ", ".join(str(s) for s in sources)
     # beside OUT (one file system for the final rename); a killed run's is removed by the next
+    created = missing_dirs(Path(out).parent) if out is not None else []  # removed again if the import fails
     tmp = temporary_dir(out) if out is not None else Path(tempfile.mkdtemp(prefix=".import.", suffix=".tmp"))
     try:
         parts = _Parts(directory=tmp, label=label)
@@ -332,6 +333,8 @@ def run_import(
         return ImportResult(summary=summary, violations=violations)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if out is not None and not Path(out).exists():
+            remove_empty(created)
 
 
 def _checked_columns(names: list[str]) -> list[str]:

@@ -40,6 +40,7 @@ INFO = FormatInfo(
     name="swift",
     summary="ms-swift GRPO completions.jsonl (log_completions): one-step trajectories, grouped by prompt per logging step",
     suffixes=("completions.jsonl",),  # a run's directory also holds logging.jsonl, args.json, ...
+    companions=("args.json",),
     carries="templated prompt, completion, per-function rewards, advantage, training step, extra logged columns",
     lacks="multi-step structure (a multi-turn rollout is logged as its last turn), anchors, token ids, log-probs",
     source="ms-swift 4.6.0, swift/rlhf_trainers/grpo_trainer.py (GRPOTrainer.log, _log_rollout); "
@@ -74,7 +75,7 @@ REWARD_PREFIX = "reward_"
 #: reward_*) is kept as source_<name>
 WRITTEN = frozenset({*SCHEMA_COLUMNS, "training_step", "source_advantage"})
 #: the arguments file ms-swift writes in the run's output directory
-ARGS = "args.json"
+ARGS = INFO.companions[0]
 
 
 def _prompt_key(prompt: str) -> str:

@@ -50,6 +50,7 @@ INFO = FormatInfo(
     name="verifiers",
     summary="verifiers vf-eval traces.jsonl (0.4) or results.jsonl (0.3): one row per model turn",
     suffixes=("traces.jsonl", "results.jsonl"),
+    companions=("metadata.json",),
     carries=(
         "chats (message graphs in 0.4), per-function rewards and weights, metrics, task, completion flags;"
         " 0.4 with a renderer client: token ids and sampling log-probs"
@@ -109,7 +110,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
 
 
 def _run_columns(path: Path) -> dict[str, Any]:
-    metadata_path = path.parent / "metadata.json"
+    metadata_path = path.parent / INFO.companions[0]
     if not metadata_path.is_file():
         return {}
     metadata = read_json(metadata_path)
