@@ -8,15 +8,27 @@ failure to load becomes a `GacaError` (exit status 1, one line), never a traceba
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from gaca_cli.errors import GacaError
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+@contextlib.contextmanager
+def peft_quiet() -> Iterator[None]:
+    """peft asks transformers 5 a deprecated question (`is_gradient_checkpointing`) when it
+    wraps a model: the warning is not the user's to act on, so it is not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        yield
 
 
 def check_device_name(device: str) -> str:
@@ -171,12 +183,9 @@ def load_causal_lm(
         if is_adapter(model):
             # a LoRA adapter: its base model (adapter_config.json names it) with the adapter merged
             # into the weights, so that scoring and training see one plain model
-            import warnings
-
             from peft import AutoPeftModelForCausalLM
 
-            with warnings.catch_warnings():  # peft asks transformers a deprecated question: not the user's
-                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            with peft_quiet():
                 peft_model = AutoPeftModelForCausalLM.from_pretrained(
                     model, dtype=torch_dtype, trust_remote_code=trust_remote_code
                 )

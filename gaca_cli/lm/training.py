@@ -480,6 +480,8 @@ def apply_lora(model, config: TrainConfig):
     """Wrap the model with a peft LoRA adapter (r, α = 2r by default, the given targets)."""
     from peft import LoraConfig, get_peft_model
 
+    from gaca_cli.lm.models import peft_quiet
+
     targets: Any = list(config.lora_targets)
     if targets == ["all-linear"]:
         targets = "all-linear"
@@ -493,7 +495,8 @@ def apply_lora(model, config: TrainConfig):
         task_type="CAUSAL_LM",
     )
     try:
-        return get_peft_model(model, lora)
+        with peft_quiet():
+            return get_peft_model(model, lora)
     except ValueError as exc:
         raise GacaError(f"--lora-targets {','.join(config.lora_targets)}: {str(exc).splitlines()[0]}") from None
 
@@ -809,7 +812,11 @@ class _Trainer:
             model = apply_lora(model, config)
         disable_dropout(model)
         if config.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x: the other name is deprecated
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(
