@@ -182,7 +182,7 @@ class Log:
                     ) from None
             else:
                 chunks.append(pa.nulls(pq.read_metadata(path).num_rows, want))
-        if len({chunk.type for chunk in chunks}) > 1:  # files differing in text width: the unified type
+        if any(chunk.type != want for chunk in chunks):  # files differing in text width: the unified type
             chunks = [chunk.cast(want) for chunk in chunks]
         return pa.chunked_array(chunks, type=chunks[0].type if chunks else None)
 
@@ -199,7 +199,7 @@ class Log:
         for column, name in zip(columns, names):
             if name in extra.column_names:
                 table = table.append_column(column, extra.column(name))
-        return dataclasses.replace(self, table=table, cache={})
+        return dataclasses.replace(self, table=_typed_nulls(table), cache={})
 
     def cached(self, key: object, make: Callable[[], object]) -> object:
         """`make()`, computed once per log (e.g. a column converted for polars)."""
@@ -607,10 +607,10 @@ def read_log(
     else:
         # check --map against every column of the files, apply it to the columns read
         mapped, renamed = apply_column_map(pa.Table.from_batches([], schema=full_schema), column_map, source)
-        schema = mapped.schema
+        schema = _null_types(mapped.schema)
         table = table.rename_columns(_mapped_names(table.column_names, column_map))
     metadata = read_metadata(files[0])
-    table = table.replace_schema_metadata(None)
+    table = _typed_nulls(table.replace_schema_metadata(None))
     return Log(
         table=table,
         files=files,
@@ -621,6 +621,33 @@ def read_log(
         plain_files=not any(is_dir for _, is_dir in inputs),
         partial=columns is not None,
     )
+
+
+def _null_types(schema: pa.Schema) -> pa.Schema:
+    """`schema` with each nullable column of the log schema that has Arrow type null (all
+    nulls, as pandas and polars write a column of None) given its usual type: float64 for
+    nll_sum and nll_mean, bool for done, lists for token ids and log-probs."""
+    from gaca_cli.log.schema import INPUT_BY_NAME
+
+    usual = {
+        "float": pa.float64(),
+        "bool": pa.bool_(),
+        "token_ids": pa.list_(pa.int32()),
+        "logprobs": pa.list_(pa.float32()),
+    }
+    fields = []
+    for f in schema:
+        spec = INPUT_BY_NAME.get(f.name)
+        if pa.types.is_null(f.type) and spec is not None and spec.nullable and spec.kind in usual:
+            f = f.with_type(usual[spec.kind])
+        fields.append(f)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def _typed_nulls(table: pa.Table) -> pa.Table:
+    """`table` with its columns of Arrow type null cast as `_null_types` says."""
+    typed = _null_types(table.schema)
+    return table if typed.equals(table.schema) else table.cast(typed)
 
 
 def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:

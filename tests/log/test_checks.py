@@ -289,6 +289,33 @@ def test_base_log_is_clean(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.parametrize("column", ["done", "nll_sum", "nll_mean", "action_token_ids", "behavior_logprobs"])
+def test_an_optional_column_of_arrow_type_null_reads_as_all_null(tmp_path, column):
+    """pandas and polars write a column of None as Arrow type null: for a column whose nulls
+    are allowed it reads as that column with every value null, for every method and validate."""
+    rows = base_rows()
+    n = len(rows["step_idx"])
+    typed = pa.table({k: pa.array(v, type=BASE_TYPES[k]) for k, v in rows.items()})
+    if column not in ("nll_sum", "nll_mean"):  # GACA's criticality: from nll_mean then
+        typed = typed.append_column("nll_mean", pa.array([0.5 + i / 7 for i in range(n)]))
+    if column in typed.column_names:
+        typed = typed.drop_columns([column])
+    log = tmp_path / "nulls.parquet"
+    pq.write_table(typed.append_column(column, pa.nulls(n)), log)
+    res = runner.invoke(app, ["validate", str(log)])
+    assert res.exit_code == 0, res.output
+    for method in ("grpo", "gigpo", "gaca"):
+        out = tmp_path / f"{method}.parquet"
+        args = ["advantages", str(log), "--method", method, "-o", str(out)]
+        if method == "gaca" and column == "nll_sum":
+            args += ["--nll-reduce", "sum"]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, (method, res.output)
+        assert pq.read_table(out).num_rows == n
+        if method == "gaca" and column in ("nll_sum", "nll_mean"):  # null NLL everywhere: z = 0, λ = λ̄
+            assert set(pq.read_table(out).column("nll_z").to_pylist()) == {0.0}
+
+
 @pytest.mark.parametrize(
     "mutate,types,method,column,rule,rows",
     [c[1:] for c in CASES],
