@@ -77,7 +77,10 @@ class AdvantagesConfig:
     )
     singleton_groups: str = field(
         default="zero",
-        metadata={"help": "A^E of an episode group of one: zero | raw (mean 0, std 1: its own return, as verl-agent)."},
+        metadata={
+            "help": "A^E of an episode group of one (one row with --episode-stats steps, as verl-agent counts): "
+            "zero | raw (mean 0, std 1: its own return, as verl-agent)."
+        },
     )
     epsilon: float = field(default=EPS, metadata={"help": "ε in norm(x) = (x − mean) / (std + ε)."})
     beta: float = field(default=0.1, metadata={"help": "β: how strongly NLL moves λ away from ω/(1+ω) (gaca)."})

@@ -12,7 +12,7 @@ from gaca_cli.cli.common import JsonOption, output_path, show_summary, user_erro
 
 #: the formats whose reward is a weighted sum of reward functions' columns
 WEIGHTED_FORMATS = ("trl", "swift")
-FromOption = typer.Option(None, "--from", metavar="FORMAT", help="The source's format (see --list).")
+FromOption = typer.Option(None, "--from", metavar="FORMAT", help="The source's format (see `gaca import --list`).")
 ForOption = typer.Option(
     "validate",
     "--for",

@@ -13,7 +13,9 @@ from gaca_cli.cli.common import JsonOption, MapOption, column_map, show_summary,
 
 @app.command()
 def validate(
-    logs: list[Path] = typer.Argument(..., metavar="LOG...", help="Parquet files, globs or directories."),
+    logs: list[Path] = typer.Argument(
+        ..., metavar="LOG...", help="Parquet files, globs or directories (with --from: the framework's own files)."
+    ),
     column_maps: list[str] = MapOption,
     source_format: str | None = FromOption,
     reward_weights: str | None = RewardWeightsOption,
@@ -23,7 +25,8 @@ def validate(
     """Check a log against the schema: print every broken rule and the warnings' counts.
 
     Exit 0 when the log is clean, 1 when a rule is broken. With --from FORMAT the source is
-    a framework's own log (as for `gaca import`): it is imported and checked, nothing is written.
+    a framework's own log (as for `gaca import`): it is imported and checked, nothing is
+    written, and --map reads a source field under gaca's name (chat-jsonl only).
 
     Example: gaca validate logs/ --map group_id=uid --for advantages:gaca
     """

@@ -112,7 +112,11 @@ def test_step_records_and_field_map(tmp_path):
     src = write_jsonl(tmp_path / "steps.jsonl", steps)
     maps = ["group_id=uid", "traj_id=run", "messages=conversation", "action=act", "reward=score", "anchor_obs=obs"]
     more = tuple(x for m in maps for x in ("--map", m))
-    import_json("chat-jsonl", src, out=tmp_path / "out.parquet", more=more)
+    summary = import_json("chat-jsonl", src, out=tmp_path / "out.parquet", more=more)
+    for m in maps:  # the summary names the fields --map read
+        field, source = m.split("=")
+        assert summary["mapped"][field] == f"{source} (--map {m})"
+    assert "done" in summary["mapped"] and "done" not in summary["derived"]  # listed once
     rows = rows_of(tmp_path / "out.parquet")
     assert [(r["traj_id"], r["step_idx"], r["action"], r["reward"]) for r in rows] == [
         ("t0", 0, "go north", 0.0),

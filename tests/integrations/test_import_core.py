@@ -102,6 +102,9 @@ def test_missing_notes():
     assert len(notes) == 4 and "anchor" in notes[0] and "score" in notes[1] and "one step" in notes[3]
     tokens = ["group_id", "traj_id", "step_idx", "reward", "prompt_token_ids", "action_token_ids"]
     assert not any("cannot run" in note for note in core._missing(tokens, steps_per_traj=2))
+    # a logged observation (rllm) is a route to an anchor
+    (note, *_) = core._missing([*tokens, "observation"], steps_per_traj=2)
+    assert "--map anchor_obs=observation" in note and "observation" not in core._missing(tokens, 2)[0]
 
 
 def test_sources_directories_and_globs(tmp_path):

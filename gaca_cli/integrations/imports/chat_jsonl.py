@@ -65,9 +65,8 @@ INFO = FormatInfo(
         "reward": "rewards[i] per assistant turn, or reward on the last turn (0 before it)",
         "episode_reward": "episode_reward, or the trajectory's reward (the sum of rewards)",
         "anchor_obs": "anchor_obs (a list, one per assistant turn, in trajectory records)",
-        "done": "done (step records)",
+        "done": "done (step records); whole chats: true on the last assistant turn, unless the record says done: false",
     },
-    derived={"done": "whole chats: true on the last assistant turn (unless the record says done: false)"},
 )
 
 

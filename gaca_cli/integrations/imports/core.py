@@ -260,9 +260,14 @@ def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
     have = set(columns)
     notes = []
     if not have & {"anchor_obs", "anchor_key"}:
+        route = (
+            "read the observation as the anchor (gaca advantages --map anchor_obs=observation) where every step "
+            "has one, or log anchor_obs"
+            if "observation" in have
+            else "or log anchor_obs"
+        )
         notes.append(
-            "no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; "
-            "use --method grpo, or log anchor_obs"
+            f"no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; use --method grpo, {route}"
         )
     if not have & {"prompt", "messages", "prompt_token_ids"} or not have & {"action", "action_token_ids"}:
         notes.append("no prompt/messages or action (text or token ids): gaca score and train-offline cannot run")
@@ -319,7 +324,11 @@ def run_import(
             "rows": parts.rows,
             "trajectories": _distinct(log, "traj_id"),
             "groups": _distinct(log, "group_id"),
-            "mapped": {k: v for k, v in info.mapped.items() if k in columns},
+            "mapped": {
+                k: f"{options.field_map[k]} (--map {k}={options.field_map[k]})" if k in options.field_map else v
+                for k, v in info.mapped.items()
+                if k in columns
+            },
             "derived": {k: v for k, v in info.derived.items() if k in columns},
             "kept": [c for c in columns if c not in KNOWN_TYPES],
             "renamed": dict(parts.renamed),
