@@ -127,6 +127,7 @@ class AdvantagesConfig:
             bad("epsilon", self.epsilon, "a finite value ≥ 0, e.g. 1e-06")
         if not (math.isfinite(self.beta) and self.beta >= 0.0):
             bad("beta", self.beta, "a finite value ≥ 0 (0 reproduces gigpo)")
+        given = f"(lambda_min {self.lambda_min:g} and lambda_max {self.lambda_max:g} given)"
         if not (0.0 <= self.lambda_min <= self.lambda_max <= 1.0):
             # the option to change: the one out of [0, 1], else the one moved from its default
             if not 0.0 <= self.lambda_min <= 1.0:
@@ -135,12 +136,13 @@ class AdvantagesConfig:
                 name = "lambda_max"
             else:
                 name = "lambda_max" if self.lambda_max != 1.0 else "lambda_min"
-            bad(name, (self.lambda_min, self.lambda_max), "0 ≤ lambda_min ≤ lambda_max ≤ 1 (given as (min, max))")
+            bad(name, getattr(self, name), f"0 ≤ lambda_min ≤ lambda_max ≤ 1 {given}")
         if self.method == "gaca" and not (self.lambda_min <= self.lambda_bar <= self.lambda_max):
+            name = "lambda_max" if self.lambda_bar > self.lambda_max else "lambda_min"
             bad(
-                "lambda_max" if self.lambda_bar > self.lambda_max else "lambda_min",
-                (self.lambda_min, self.lambda_max),
-                f"bounds around λ̄ = ω/(1+ω) = {self.lambda_bar:.4g} (the weight of steps without a step signal)",
+                name,
+                getattr(self, name),
+                f"bounds around λ̄ = ω/(1+ω) = {self.lambda_bar:.4g}, the weight of steps without a step signal {given}",
             )
 
     @property
