@@ -36,6 +36,17 @@ def inspect_command(
     """
     config = options.build()
     mapping = column_map(column_maps)
+    if plot is not None:
+        from gaca_cli.inspect.plot import figure_formats
+
+        with user_errors():
+            formats = figure_formats()
+        if plot.suffix.lstrip(".").lower() not in formats:
+            raise typer.BadParameter(
+                f"{str(plot)!r} does not end in a figure format; use FILE.png (or "
+                f"{', '.join('.' + f for f in formats if f != 'png')})",
+                param_hint="'--plot'",
+            )
     from gaca_cli.inspect.data import build_view, load_annotated, plot_data
 
     with user_errors():

@@ -25,6 +25,11 @@ def _figure_class():
     return Figure
 
 
+def figure_formats() -> list[str]:
+    """The file suffixes (without the dot) matplotlib writes a figure to, sorted."""
+    return sorted(_figure_class()().canvas.get_supported_filetypes())
+
+
 def _note(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#666666", wrap=True)
     ax.set_xticks([])

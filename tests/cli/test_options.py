@@ -174,6 +174,7 @@ INVALID = [
     ("inspect", ["--by", "reward"], "--by", "reward"),
     ("inspect", ["--compare", "grpo,ppo"], "--compare", "ppo"),
     ("inspect", ["--compare", "gaca"], "--compare", "gaca"),
+    ("inspect", ["--plot", "figures.txt"], "--plot", "figures.txt"),  # a format matplotlib does not write
     ("inspect", ["--compare", ","], "--compare", "','"),
     ("inspect", ["--compare", ""], "--compare", "''"),
     ("inspect", ["--compare", "grpo,gaca", "--by", "nll"], "--by", "nll"),

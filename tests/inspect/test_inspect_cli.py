@@ -234,9 +234,12 @@ def test_huge_advantages_stay_finite_and_readable(annotated, tmp_path):
 
 def test_a_figure_that_cannot_be_written_names_plot(annotated, tmp_path):
     pytest.importorskip("matplotlib")
-    for target in (tmp_path / "figure.txt", tmp_path / "no-such-dir" / "figure.png"):
-        result = CliRunner().invoke(app, ["inspect", annotated, "--plot", str(target)])
-        assert result.exit_code == 1
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"Error: {target}: --plot cannot write"), result.stderr
-        assert not target.exists()
+    target = tmp_path / "no-such-dir" / "figure.png"
+    result = CliRunner().invoke(app, ["inspect", annotated, "--plot", str(target)])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {target}: --plot cannot write"), result.stderr
+    assert not target.exists()
+    # a suffix matplotlib does not write: a usage error, before any work (tests/cli/test_options.py)
+    result = CliRunner().invoke(app, ["inspect", annotated, "--plot", str(tmp_path / "figure.txt")])
+    assert result.exit_code == 2 and not (tmp_path / "figure.txt").exists()
