@@ -99,12 +99,32 @@ def _where(model: str) -> str:
     return "hub"
 
 
+def _config_errors() -> tuple[type[Exception], ...]:
+    """What huggingface_hub raises for a config.json that its model class rejects (e.g. a
+    hidden size that is not a multiple of the heads); older versions raise ValueError."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return ()
+    return (StrictDataclassError,)
+
+
+def _load_errors(*more: type[Exception]) -> tuple[type[Exception], ...]:
+    """The exceptions that mean "this model or tokenizer cannot be loaded" (not a bug in gaca)."""
+    return (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError, *more, *_config_errors())
+
+
 def _load_error(model: str, what: str, exc: BaseException) -> GacaError:
     where = _where(model)
     hint = ""
     if where == "offline":
         hint = " (HF_HUB_OFFLINE is set: only local directories and cached hub models can be used)"
-    return GacaError(f"cannot load the {what} ({_first_line(exc)}){hint}", file=model)
+    reason = _first_line(exc)
+    if isinstance(exc, _config_errors()):
+        what = "config (config.json)"
+        if exc.__cause__ is not None:  # the validator's own message
+            reason = _first_line(exc.__cause__)
+    return GacaError(f"cannot load the {what} ({reason}){hint}", file=model)
 
 
 def _looks_like_path(model: str) -> bool:
@@ -153,7 +173,7 @@ def load_tokenizer(model: str, revision: str | None = None, trust_remote_code: b
     quiet_transformers()
     try:
         return AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError) as exc:
+    except _load_errors() as exc:
         raise _load_error(model, "tokenizer", exc) from None
 
 
@@ -192,14 +212,17 @@ def load_causal_lm(
                 lm = peft_model.merge_and_unload()
             lm.requires_grad_(True)  # peft froze the base weights; a loaded model trains them all
         else:
-            lm = AutoModelForCausalLM.from_pretrained(
+            loaded: Any = AutoModelForCausalLM.from_pretrained(
                 model,
                 revision=revision,
                 dtype=torch_dtype,
                 trust_remote_code=trust_remote_code,
                 use_safetensors=None,  # prefer safetensors, accept .bin where that is all there is
+                output_loading_info=True,  # (model, what was missing, unexpected, mismatched)
             )
-    except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError, RuntimeError) as exc:
+            lm, info = loaded
+            _check_loaded(info, model)
+    except _load_errors(RuntimeError) as exc:
         raise _load_error(model, "model", exc) from None
     except SafetensorError as exc:  # a truncated or garbled model.safetensors
         raise _load_error(model, "model weights", exc) from None
@@ -214,6 +237,37 @@ def load_causal_lm(
     lm.eval()
     check_causal(lm, model)
     return lm, tokenizer, dev, torch_dtype
+
+
+def _check_loaded(info: dict, model: str) -> None:
+    """Refuse a model whose weight files lack tensors its config asks for, or hold them in
+    another shape: transformers would initialise those at random, and every number after would
+    change from run to run. Weights the config does not use are only a warning."""
+
+    def some(keys: list) -> str:
+        names = [k if isinstance(k, str) else str(k[0]) for k in keys]
+        return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+    if info.get("missing_keys"):
+        missing = sorted(info["missing_keys"])
+        raise GacaError(
+            f"the weight files lack {len(missing)} tensor(s) the config asks for ({some(missing)}); they would be "
+            "random: check that config.json and the weights belong together",
+            file=model,
+        )
+    if info.get("mismatched_keys"):
+        mismatched = sorted(info["mismatched_keys"])
+        raise GacaError(
+            f"{len(mismatched)} tensor(s) of the weight files have another shape than the config asks for "
+            f"({some(mismatched)}); check that config.json and the weights belong together",
+            file=model,
+        )
+    if info.get("unexpected_keys"):
+        unexpected = sorted(info["unexpected_keys"])
+        warnings.warn(
+            f"{model}: the weight files hold {len(unexpected)} tensor(s) the config does not use ({some(unexpected)})",
+            stacklevel=2,
+        )
 
 
 def check_causal(lm, model: str) -> None:

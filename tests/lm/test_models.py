@@ -64,6 +64,45 @@ def garbage_llama(tiny_llama, tmp_path) -> Path:
     return broken
 
 
+def _with_config(source: Path, target: Path, **change) -> Path:
+    """A copy of the model directory `source` whose config.json has `change` applied."""
+    import json
+
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, **change}))
+    return target
+
+
+def test_weights_the_config_lacks_or_does_not_use(tiny_llama, tmp_path):
+    """Config and weights that do not belong together: tensors the config asks for and the
+    files lack would be random (an error naming them); tensors it does not use, a warning."""
+    import json
+
+    layers = json.loads((tiny_llama / "config.json").read_text())["num_hidden_layers"]
+    deeper = _with_config(tiny_llama, tmp_path / "deeper", num_hidden_layers=layers + 1)
+    with pytest.raises(
+        GacaError, match=rf"the weight files lack \d+ tensor\(s\) the config asks for \(model\.layers\.{layers}\."
+    ):
+        load_causal_lm(str(deeper), device="cpu", dtype="fp32")
+    shallower = _with_config(tiny_llama, tmp_path / "shallower", num_hidden_layers=layers - 1)
+    with pytest.warns(
+        UserWarning, match=rf"hold \d+ tensor\(s\) the config does not use \(model\.layers\.{layers - 1}\."
+    ):
+        load_causal_lm(str(shallower), device="cpu", dtype="fp32")
+
+
+def test_a_config_the_model_class_rejects_is_one_error_line(tiny_llama, tmp_path):
+    from tests.lm.tiny_models import _transformers_major
+
+    bad = _with_config(tiny_llama, tmp_path / "bad", hidden_size=48, num_attention_heads=32)
+    with pytest.raises(GacaError, match=r"cannot load the ") as info:
+        load_causal_lm(str(bad), device="cpu", dtype="fp32")
+    assert "\n" not in str(info.value)
+    if _transformers_major() >= 5:  # which validates a config as it reads it
+        assert "cannot load the config (config.json) (The hidden size (48) is not a multiple" in str(info.value)
+
+
 def test_a_causal_model_loads(tiny_llama, tiny_gpt2):
     for directory in (tiny_llama, tiny_gpt2):
         lm, _, device, _ = load_causal_lm(str(directory), device="cpu", dtype="fp32")
