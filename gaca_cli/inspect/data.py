@@ -22,6 +22,7 @@ Conventions used by every view:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -179,6 +180,16 @@ def _criticality(log: Log, index: TrajectoryIndex, nll_reduce: str) -> tuple[np.
     return None, None, None
 
 
+def _as_recorded(log: Log, criticality_column: str | None) -> Log:
+    """`log` as gaca advantages read its criticality: without the NLL columns when it took it
+    from behavior_logprobs, which a later `gaca score` (adding nll_mean) would otherwise
+    displace in what inspect shows and recomputes."""
+    nll = [c for c in (C.NLL_MEAN, C.NLL_SUM) if c in log.table.column_names]
+    if criticality_column != C.BEHAVIOR_LOGPROBS or C.BEHAVIOR_LOGPROBS not in log.table.column_names or not nll:
+        return log
+    return dataclasses.replace(log, table=log.table.drop_columns(nll), cache={})
+
+
 def _traj_success(log: Log, index: TrajectoryIndex) -> np.ndarray | None:
     """1.0 where any step of the trajectory says success, 0.0 where all known steps say
     failure, NaN where the column is null throughout (or not boolean / numeric)."""
@@ -213,7 +224,10 @@ def annotate(log: Log) -> AnnotatedLog:
         if name in table.column_names:
             values[name] = _float_sorted(log, index, name)
     nll_reduce = str((params or {}).get("nll_reduce", "mean"))
-    nll, nll_source, nll_unit = _criticality(log, index, nll_reduce if nll_reduce in ("mean", "sum") else "mean")
+    recorded = meta.get("criticality_column") if meta else None
+    nll, nll_source, nll_unit = _criticality(
+        _as_recorded(log, recorded), index, nll_reduce if nll_reduce in ("mean", "sum") else "mean"
+    )
     z_from_file = C.NLL_Z in values
     if nll is not None:
         values["nll"] = nll
@@ -652,7 +666,8 @@ def recompute(a: AnnotatedLog, method: str):
     (the defaults where it records none): the estimator's arrays, in canonical order."""
     from gaca_cli.advantages.run import compute_advantages
 
-    return compute_advantages(_with_anchors(a.log), _config_for(a, method)).result_at(a.index.order)
+    log = _as_recorded(_with_anchors(a.log), a.nll_source)
+    return compute_advantages(log, _config_for(a, method)).result_at(a.index.order)
 
 
 def _with_anchors(log: Log) -> Log:

@@ -232,6 +232,22 @@ def test_huge_advantages_stay_finite_and_readable(annotated, tmp_path):
         assert "e+200" in text.stdout and "0000000000" not in text.stdout
 
 
+def test_the_criticality_shown_is_the_one_the_file_records(annotated, tmp_path):
+    """The README's loop scores an annotated file afterwards (`gaca score --token-logprobs`),
+    adding nll_mean: inspect still shows, sorts by and recomputes with the criticality that
+    `gaca advantages` recorded (behavior_logprobs here), not the later column."""
+    table = pq.read_table(annotated)
+    assert json.loads(table.schema.metadata[b"gaca.advantages"])["criticality_column"] == C.BEHAVIOR_LOGPROBS
+    rescored = tmp_path / "rescored.parquet"
+    later = np.random.default_rng(0).uniform(0.1, 3.0, table.num_rows)  # another model's NLL
+    pq.write_table(table.append_column(C.NLL_MEAN, pa.array(later)), rescored)
+    for args in ([], ["--traj", "task-00/r0"], ["--top", "5", "--by", "nll"], ["--compare", "grpo,gaca"]):
+        want = json.loads(invoke(annotated, *args, "--json").stdout)
+        got = json.loads(invoke(str(rescored), *args, "--json").stdout)
+        want.pop("source"), got.pop("source")
+        assert got == want, args
+
+
 def test_a_figure_that_cannot_be_written_names_plot(annotated, tmp_path):
     pytest.importorskip("matplotlib")
     target = tmp_path / "no-such-dir" / "figure.png"
