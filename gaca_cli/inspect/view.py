@@ -9,6 +9,7 @@ step-level credit, blue below), and critical steps carry a ★ as well as bold t
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -292,7 +293,8 @@ def overview(view: dict) -> RenderableType:
     by = "weight" if view["lambda"] is not None else ("nll" if "nll" in dists else "abs-advantage")
     hint = Text(style="dim")
     hint.append(
-        f"\nmore: --traj {ex['traj']}  ·  --group {ex['group']}  ·  --top 10 --by {by}  ·  --compare grpo,gigpo,gaca"
+        f"\nmore: --traj {shlex.quote(str(ex['traj']))}  ·  --group {shlex.quote(str(ex['group']))}  ·  "
+        f"--top 10 --by {by}  ·  --compare grpo,gigpo,gaca"
     )
     parts.append(hint)
     return Group(*parts)
@@ -638,8 +640,25 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
 RENDERERS = {"overview": overview, "steps": steps, "top": top, "compare": compare}
 
 
+#: control characters (C0 but tab and newline, DEL, C1) as the escapes Python writes for them,
+#: so that text from a log (an action holding ESC [2J, an OSC title) never drives the terminal
+_CONTROLS = {c: ascii(chr(c))[1:-1] for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\t\n"}
+
+
+def _inert(value: Any) -> Any:
+    """`value` (a view, or part of one) with every string's control characters escaped."""
+    if isinstance(value, str):
+        return value.translate(_CONTROLS)
+    if isinstance(value, dict):
+        return {k: _inert(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_inert(v) for v in value)
+    return value
+
+
 def render(view: dict, *, wide: bool = False) -> RenderableType:
-    """The renderable of any inspect view."""
+    """The renderable of any inspect view (its text made inert: see `_CONTROLS`)."""
+    view = _inert(view)
     if view["view"] == "overview":
         return overview(view)
     renderer: Any = RENDERERS[view["view"]]

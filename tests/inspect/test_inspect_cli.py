@@ -232,6 +232,28 @@ def test_huge_advantages_stay_finite_and_readable(annotated, tmp_path):
         assert "e+200" in text.stdout and "0000000000" not in text.stdout
 
 
+def test_control_characters_in_the_log_never_reach_the_terminal(annotated, tmp_path):
+    """An action, an anchor or an id holding ESC, an OSC title, BEL or a C1 CSI is shown with
+    those characters escaped (\\x1b …) in every view; --json keeps the text as it is."""
+    table = pq.read_table(annotated)
+    evil = "\x1b[2J\x1b]0;owned\x07\x9b31m"
+    ids = pc.if_else(pc.equal(table["traj_id"], "task-00/r0"), f"task-00/r0{evil}", table["traj_id"])
+    table = table.set_column(table.schema.get_field_index("traj_id"), "traj_id", ids)
+    for name in ("action", "anchor_obs"):
+        texts = pa.array([f"{text}{evil}" for text in table[name].to_pylist()])
+        table = table.set_column(table.schema.get_field_index(name), name, texts)
+    log = tmp_path / "evil.parquet"
+    pq.write_table(table, log)
+    views = ([], ["--traj", f"task-00/r0{evil}"], ["--group", "task-00", "--wide"], ["--top", "5"])
+    for args in (*views, ["--compare", "grpo,gaca", "--traj", f"task-00/r0{evil}"]):
+        out = invoke(str(log), *args).stdout
+        assert not any(c in out for c in "\x1b\x07\x9b"), args
+        if "--wide" in args:  # shown in full
+            assert "\\x1b[2J\\x1b]0;owned\\x07\\x9b31m" in out, args
+    steps = json.loads(invoke(str(log), "--traj", f"task-00/r0{evil}", "--json").stdout)["trajectories"][0]["steps"]
+    assert steps[0]["action"].endswith(evil)
+
+
 def test_the_criticality_shown_is_the_one_the_file_records(annotated, tmp_path):
     """The README's loop scores an annotated file afterwards (`gaca score --token-logprobs`),
     adding nll_mean: inspect still shows, sorts by and recomputes with the criticality that
