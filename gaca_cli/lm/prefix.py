@@ -236,7 +236,9 @@ def prefix_cache_ok(scorer) -> bool:
             cached = suffix_logprobs(scorer, kv, cut, [seq], [spans])[0]
     except Exception:  # noqa: BLE001 - any model whose decoder cannot take a cache this way scores without sharing
         return False
-    return cached.shape == full.shape and bool(np.max(np.abs(cached - full), initial=0.0) <= PROBE_TOLERANCE)
+    if cached.shape != full.shape or not (np.isfinite(cached).all() and np.isfinite(full).all()):
+        return False  # (non-finite log-probs: scoring refuses them, naming the rows)
+    return bool(np.max(np.abs(cached - full), initial=0.0) <= PROBE_TOLERANCE)
 
 
 def score_shared(

@@ -535,6 +535,27 @@ def _flatten(doc: dict, prefix: str = "") -> dict:
     return out
 
 
+def _check_finite(nll_sum: np.ndarray, log, rows: np.ndarray, config: ScoreConfig) -> None:
+    """Refuse NaN or ±inf NLLs (nothing is written): a temperature so small that the logits
+    overflow, or a model whose activations do in its dtype."""
+    bad = ~np.isfinite(nll_sum)
+    if not bad.any():
+        return
+    from gaca_cli.log.checks import rows_text
+
+    why = (
+        f"-T {config.temperature:g} divides the logits into overflow: use a larger temperature"
+        if config.temperature < 1.0
+        else "the model's activations overflow in its dtype: try --dtype fp32"
+    )
+    raise GacaError(
+        f"the model gives a non-finite NLL ({why})",
+        file=config.model,
+        rows=rows_text(log.table, rows[bad]),
+        n_rows=int(bad.sum()),
+    )
+
+
 def _write_chunk(
     path: Path,
     pos: np.ndarray,
@@ -667,6 +688,7 @@ def score_shard(
         n_tokens = np.array([len(x) for x in step_lps], dtype=np.int32)
         nll_sum = np.array([-float(np.sum(x, dtype=np.float64)) for x in step_lps], dtype=np.float64)
         nll_sum[n_tokens == 0] = 0.0
+        _check_finite(nll_sum, log, rows, config)
         stats.update(
             rows=len(pos),
             trajectories=len(trajs),

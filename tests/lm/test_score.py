@@ -244,6 +244,20 @@ def test_temperature_divides_logits(tiny_llama, tmp_path):
     assert meta["temperature"] == 0.7 and meta["dtype"] == "fp32" and meta["model"] == str(tiny_llama)
 
 
+def test_a_temperature_that_overflows_the_logits_is_one_error_line(tiny_llama, tmp_path):
+    """-T 1e-40 divides float32 logits into ±inf: NaN NLLs are refused, naming the rows, and
+    nothing is written (not OUT, not its chunks), with no numpy warning on the way."""
+    rows = make_rows(groups=1, trajs=2, steps=3, seed=5)
+    log = write_log(tmp_path / "log.parquet", rows)
+    out = tmp_path / "out.parquet"
+    result = runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "-T", "1e-40", "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {tiny_llama}: the model gives a non-finite NLL (-T 1e-40 divides the logits")
+    assert "(g0/r0, 0)" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
+
+
 def test_model_own_forward_path_agrees(tiny_gpt2, tmp_path, monkeypatch):
     """The fallback for models whose logits are not just W·h (soft-capping, scaling)."""
     from gaca_cli.lm.scoring import Scorer
