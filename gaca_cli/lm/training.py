@@ -45,7 +45,7 @@ from gaca_cli.log import columns as C
 from gaca_cli.log.checks import advantage_problem, prepare_log, rows_text
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log
+from gaca_cli.log.io import Log, missing_dirs, remove_empty
 from gaca_cli.log.schema import is_list_type
 
 #: --loss choices: the keys of losses.TOKEN_LOSSES (a test keeps them equal; this module is
@@ -902,8 +902,9 @@ class _Trainer:
         if not math.isfinite(float(grad_norm)):  # the same on every process: DDP averaged the gradients
             raise GacaError(
                 f"training diverged at step {step + 1}: the gradient is {float(grad_norm)} (a NaN or "
-                f"infinite loss); no model is saved ({METRICS_FILE} holds the steps before, and any "
-                "checkpoint of them is kept); lower --lr, or set --max-grad-norm",
+                "infinite loss); no model is saved"
+                + (f" ({METRICS_FILE} holds the steps before, and any checkpoint of them is kept)" if step else "")
+                + f"; {self._divergence_advice(step)}",
                 file=str(self.out_dir),
             )
         self.optimizer.step()
@@ -1018,11 +1019,35 @@ class _Trainer:
         self.prepare()
         acc = self.accelerator
         # every check has passed: from here on the output directory may be written
+        created = missing_dirs(self.out_dir)
         if acc.is_main_process:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         acc.wait_for_everyone()
         self.restore()
         self.record_start()
+        try:
+            return self._train()
+        except GacaError:
+            # a data or model problem (a diverged first step, say) before anything worth keeping:
+            # what this run wrote goes, so that the fixed command runs without --resume
+            if acc.is_main_process and self.start_step == 0 and latest_checkpoint(self.out_dir) is None:
+                if not (self.out_dir / METRICS_FILE).exists():
+                    (self.out_dir / CHECKPOINTS_DIR / START_FILE).unlink(missing_ok=True)
+                    remove_empty([self.out_dir / CHECKPOINTS_DIR, *created])
+            raise
+
+    def _divergence_advice(self, step: int) -> str:
+        """What to change when the gradient is not finite at optimiser step `step`."""
+        if step == 0:  # no update yet: the starting model and the data give it
+            largest = float(np.max(np.abs(self.data.advantage), initial=0.0))
+            suspects = [f"the advantage column (its largest |A| is {largest:.3g})"]
+            if self.config.temperature != 1.0:
+                suspects.append(f"-T {self.config.temperature:g}")
+            return f"the loss is not finite before any update: check {' and '.join(suspects)}"
+        return "lower --lr" if self.config.max_grad_norm > 0 else "lower --lr, or set --max-grad-norm"
+
+    def _train(self) -> TrainResult:
+        acc = self.accelerator
         metrics_path = self.out_dir / METRICS_FILE
         self.emit(
             "start",

@@ -744,6 +744,26 @@ def test_a_diverging_run_stops_and_saves_no_model(tiny_llama, tmp_path):
     assert (out / "metrics.jsonl").exists()
 
 
+def test_a_loss_that_is_not_finite_at_the_first_step_names_the_advantages_and_leaves_nothing(tiny_llama, tmp_path):
+    """An advantage of 1e30 (finite) overflows the loss before any update: the error points at
+    the advantages (not at --lr, which has not acted yet) and at -T when it is not 1, and the
+    run leaves nothing behind, so the fixed command runs again without --resume."""
+    rows = many_rows()
+    for row in rows:
+        row["advantage"] = 1e30 if row["advantage"] > 0 else row["advantage"]
+    log = write_log(tmp_path / "log.parquet", rows)
+    out = tmp_path / "runs" / "out"
+    for extra, suspect in (((), "largest |A| is 1e+30)"), (("-T", "0.5"), "largest |A| is 1e+30) and -T 0.5")):
+        res = run(
+            [log, "--model", tiny_llama, "--loss", "pg", "--batch-size", "6", "--max-steps", "2", "-o", out, *extra]
+        )
+        assert res.exit_code == 1, res.output
+        (line,) = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+        assert "diverged at step 1" in line and "before any update: check the advantage column" in line, line
+        assert line.endswith(suspect) and "--lr" not in line, line
+        assert not (tmp_path / "runs").exists()
+
+
 def test_bad_model_path(tmp_path):
     log = write_log(tmp_path / "log.parquet", two_action_rows())
     res = run([log, "--model", tmp_path / "nope", "--loss", "pg", "-o", tmp_path / "out"])
