@@ -297,23 +297,31 @@ def _index(  # noqa: PLR0913
     )
 
 
-def advantage_problem(log: Log) -> GacaError | None:
-    """What train-offline refuses in the `advantage` column (read): a type that is not a
-    number, nulls, NaN or ±inf; None when every row has a finite advantage."""
-    col = plain(log.table.column(C.ADVANTAGE))
+def advantage_problem(log: Log, column: str = C.ADVANTAGE) -> GacaError | None:
+    """What train-offline and inspect refuse in the `advantage` column (read), and inspect in
+    the other numeric columns `gaca advantages` writes: a type that is not a number, nulls, NaN
+    or ±inf, and a `gaca_weight` outside [0, 1]; None when every row has a usable value."""
+    col = plain(log.table.column(column))
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
         return _violation(
             log,
-            C.ADVANTAGE,
-            f"type {col.type} is not usable here; expected a float advantage (as `gaca advantages` writes)",
+            column,
+            f"type {col.type} is not usable here; expected a number (as `gaca advantages` writes)",
         )
     nulls = _null_rows(col)
     if len(nulls):
-        return _violation(log, C.ADVANTAGE, "must not be null", nulls)
-    bad = np.flatnonzero(~np.isfinite(col.cast(pa.float64()).to_numpy(zero_copy_only=False)))
+        return _violation(log, column, "must not be null", nulls)
+    values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
-        return _violation(log, C.ADVANTAGE, "must be finite (no NaN, no ±inf)", bad)
+        return _violation(log, column, "must be finite (no NaN, no ±inf)", bad)
+    if column == C.GACA_WEIGHT and len(out := np.flatnonzero((values < 0) | (values > 1))):
+        return _violation(log, column, "must be a weight in [0, 1]", out)
     return None
+
+
+#: the numeric columns of `gaca advantages` that `gaca inspect` reads and checks
+INSPECTED_OUTPUTS = (C.RETURN_TO_GO, C.ADV_EPISODE, C.ADV_STEP, C.NLL_Z, C.GACA_WEIGHT, C.ADVANTAGE)
 
 
 def _needs_checks(log: Log, command: str, out: Inspection) -> None:
@@ -360,6 +368,10 @@ def inspect_log(
         problem = advantage_problem(log)
         if problem is not None:
             out.violations.append(problem)
+    if command == "inspect":
+        for name in INSPECTED_OUTPUTS:
+            if name in log.table.column_names and (problem := advantage_problem(log, name)) is not None:
+                out.violations.append(problem)
     if fatal:  # a required column is missing, unusable or null: nothing else can be checked
         return out
     index = _structure_checks(log, out, bad, canonical, compiled)

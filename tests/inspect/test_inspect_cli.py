@@ -202,6 +202,38 @@ def test_inspect_enforces_every_schema_rule(tmp_path, rule):
     assert len(lines) == 1 and lines[0].startswith("Error:") and rule in lines[0], res.stderr
 
 
+@pytest.mark.parametrize(
+    ("column", "value", "rule"),
+    [
+        ("advantage", None, "must not be null"),
+        ("advantage", float("nan"), "must be finite (no NaN, no ±inf)"),
+        ("nll_z", float("inf"), "must be finite (no NaN, no ±inf)"),
+        ("adv_step", float("-inf"), "must be finite (no NaN, no ±inf)"),
+        ("gaca_weight", 7.5, "must be a weight in [0, 1]"),
+        ("advantage", "0.5", "type large_string is not usable here; expected a number"),
+    ],
+)
+def test_an_edited_output_column_is_refused_not_shown_as_a_dash(annotated, tmp_path, column, value, rule):
+    """gaca advantages never writes these; a file edited by hand that holds them stops inspect
+    (as train-offline stops on the advantage) rather than showing '–' and leaving the rows out
+    of the statistics."""
+    table = pq.read_table(annotated)
+    values = table.column(column).to_pylist()
+    values[3] = value
+    if isinstance(value, str):
+        array = pa.array([str(v) for v in values])
+    else:
+        array = pa.array(values, pa.float64())
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(table.set_column(table.column_names.index(column), column, array), bad)
+    res = CliRunner().invoke(app, ["inspect", str(bad), "--no-pager"])
+    assert res.exit_code == 1, res.output
+    (line,) = [line for line in res.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"Error: {bad}: column '{column}': {rule}"), line
+    if not isinstance(value, str):
+        assert "(task-00/r0, 3)" in line or "offending rows" in line
+
+
 def test_huge_advantages_stay_finite_and_readable(annotated, tmp_path):
     """Rewards × 1e200 pass every input rule and give finite advantages; inspect's statistics
     must not overflow to inf (invalid JSON) or leak numpy warnings, equal the unscaled file's
