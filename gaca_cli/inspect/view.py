@@ -44,10 +44,10 @@ def print_paged(console: Console, renderable: RenderableType, *, use_pager: bool
     """Print `renderable`; on a terminal, output taller than the screen goes through the
     pager ($PAGER, else less; LESS defaults to -FRX so colours survive)."""
     if not (use_pager and console.is_terminal):
-        console.print(renderable)
+        console.print(renderable, crop=False)  # a line wider than the console is not cut
         return
     with console.capture() as capture:
-        console.print(renderable)
+        console.print(renderable, crop=False)
     text = capture.get()
     if text.count("\n") < console.height:
         console.file.write(text)
@@ -359,8 +359,8 @@ class FitTable:
         for i, (header, opts) in enumerate(self.columns):
             if i in self.flexible:
                 table.add_column(header, width=widths[flex.index(i)], **text_opts)
-            else:
-                table.add_column(header, no_wrap=True, **opts)
+            else:  # a number is never cut: on a console too narrow, the line is longer (see print_paged)
+                table.add_column(header, no_wrap=True, min_width=natural[i], **opts)
         for cells, style in self.rows:
             table.add_row(*cells, style=style)
         yield table

@@ -234,6 +234,24 @@ def test_an_edited_output_column_is_refused_not_shown_as_a_dash(annotated, tmp_p
         assert "(task-00/r0, 3)" in line or "offending rows" in line
 
 
+def test_numbers_are_never_cut_on_a_narrow_console(tmp_path, monkeypatch):
+    """Rewards ×12345 make the number columns wide: on an 80-column pipe (and COLUMNS=40)
+    the text columns shrink, and a line too long for the console grows instead of cutting a
+    number with …"""
+    table = pq.read_table(EXAMPLE_LOG)
+    i = table.schema.get_field_index("reward")
+    raw = tmp_path / "big.parquet"
+    pq.write_table(table.set_column(i, "reward", pc.multiply(table["reward"], 12345.0)), raw)
+    out = tmp_path / "annotated.parquet"
+    assert CliRunner().invoke(app, ["advantages", str(raw), "-o", str(out)]).exit_code == 0
+    steps = json.loads(invoke(str(out), "--traj", "task-00/r0", "--json").stdout)["trajectories"][0]["steps"]
+    for columns in ("80", "40"):
+        monkeypatch.setenv("COLUMNS", columns)
+        text = invoke(str(out), "--traj", "task-00/r0").stdout
+        for step in steps:
+            assert f"{step['advantage']:+.2f}" in text and f"{step['adv_episode']:+.2f}" in text, (columns, text)
+
+
 def test_huge_advantages_stay_finite_and_readable(annotated, tmp_path):
     """Rewards × 1e200 pass every input rule and give finite advantages; inspect's statistics
     must not overflow to inf (invalid JSON) or leak numpy warnings, equal the unscaled file's
