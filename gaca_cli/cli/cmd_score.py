@@ -56,11 +56,17 @@ def score(
             except KeyboardInterrupt:
                 bar.stop()
                 if rank == 0:
-                    typer.echo(
-                        f"interrupted; finished chunks are kept in {out}.parts/: continue with the same command "
-                        "and --resume",
-                        err=True,
-                    )
+                    from gaca_cli.lm.scoring import work_dir_for
+
+                    parts = work_dir_for(out)
+                    if any(parts.glob("*.parquet")):
+                        kept = f"finished chunks are kept in {parts}/: continue with the same command and --resume"
+                    else:  # only the manifest: nothing worth resuming
+                        from gaca_cli.log.io import discard_dir
+
+                        discard_dir(parts, out)
+                        kept = "no chunk was finished, so nothing is kept"
+                    typer.echo(f"interrupted; {kept}", err=True)
                 raise typer.Exit(130) from None
     if rank == 0:
         show_summary(result.summary, score_summary, as_json=as_json)

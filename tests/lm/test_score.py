@@ -612,18 +612,35 @@ def test_help_has_an_example():
     assert result.exit_code == 0 and "Example: gaca score" in result.output
 
 
-def test_ctrl_c_says_how_to_resume(tiny_llama, tmp_path, monkeypatch):
+@pytest.mark.parametrize("after_chunks", [1, 0])
+def test_ctrl_c_says_how_to_resume(tiny_llama, tmp_path, monkeypatch, after_chunks):
     """Ctrl-C during `gaca score` exits 130 with one line saying where the finished chunks are
-    and how to continue, and leaves no output file."""
+    and how to continue, and leaves no output file; before any chunk is finished there is
+    nothing to continue: the work directory goes too, and the same command runs again."""
     import gaca_cli.lm.scoring as scoring
 
-    def interrupted(*args, **kwargs):
+    real, real_plan = scoring.run_score, scoring.score_plan
+
+    def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(scoring, "run_score", interrupted)
+    if after_chunks:  # once the first chunk is written
+        monkeypatch.setattr(scoring, "run_score", lambda *a, **k: real(*a, **k, on_chunk=interrupt))
+    else:  # while the first chunk is scored (its work directory and manifest written)
+        monkeypatch.setattr(scoring, "score_plan", interrupt)
     log = write_log(tmp_path / "log.parquet", make_rows(groups=1, trajs=2, steps=2, seed=13))
     out = tmp_path / "out.parquet"
-    res = runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "--device", "cpu", "-o", str(out)])
+    args = ["score", str(log), "--model", str(tiny_llama), "--device", "cpu", "--chunk-rows", "2", "-o", str(out)]
+    res = runner.invoke(app, args)
     assert res.exit_code == 130, res.output
-    assert "--resume" in res.stderr and f"{out}.parts" in res.stderr
     assert not out.exists()
+    (line,) = res.stderr.strip().splitlines()[-1:]
+    if after_chunks:
+        assert line == (
+            f"interrupted; finished chunks are kept in {out}.parts/: continue with the same command and --resume"
+        )
+    else:
+        assert line == "interrupted; no chunk was finished, so nothing is kept"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["log.parquet"]
+        monkeypatch.setattr(scoring, "score_plan", real_plan)
+        assert runner.invoke(app, args).exit_code == 0
