@@ -55,24 +55,31 @@ class AdvantagesConfig:
     norm: str | None = field(  # None: the method's default (grpo: std; gigpo, gaca: mean)
         default=None, metadata={"help": "std | mean (default: std for grpo, mean for gigpo and gaca)."}
     )
-    step_weight: float = field(default=1.0, metadata={"help": "ω: weight of the step-level signal."})
+    step_weight: float = field(
+        default=1.0, metadata={"only": ("method", ("gigpo", "gaca")), "help": "ω: weight of the step-level signal."}
+    )
     episode_stats: str = field(
         default="trajectories", metadata={"help": "Episode statistics over: trajectories | steps."}
     )
     anchor_similarity: float | None = field(
         default=None,
-        metadata={"help": "θ in (0, 1): merge anchors with 2·LCS/(|a|+|b|) ≥ θ (default: exact equality)."},
+        metadata={
+            "only": ("method", ("gigpo", "gaca")),
+            "help": "θ in (0, 1): merge anchors with 2·LCS/(|a|+|b|) ≥ θ (default: exact equality).",
+        },
     )
     similarity_metric: str = field(
         default="lcs",
         metadata={
-            "help": "Similarity of --anchor-similarity: lcs (2·LCS/(|a|+|b|)) | difflib (SequenceMatcher ratio, as verl-agent)."
+            "only": ("anchor_similarity", "given"),
+            "help": "Similarity of --anchor-similarity: lcs (2·LCS/(|a|+|b|)) | difflib (SequenceMatcher ratio, as verl-agent).",
         },
     )
     similarity_order: str = field(
         default="sorted",
         metadata={
-            "help": "Order --anchor-similarity clusters anchors in: sorted (texts sorted) | rows (first row in the file, as verl-agent)."
+            "only": ("anchor_similarity", "given"),
+            "help": "Order --anchor-similarity clusters anchors in: sorted (texts sorted) | rows (first row in the file, as verl-agent).",
         },
     )
     singleton_groups: str = field(
@@ -83,13 +90,20 @@ class AdvantagesConfig:
         },
     )
     epsilon: float = field(default=EPS, metadata={"help": "ε in norm(x) = (x − mean) / (std + ε)."})
-    beta: float = field(default=0.1, metadata={"help": "β: how strongly NLL moves λ away from ω/(1+ω) (gaca)."})
-    nll_scope: str = field(
-        default="trajectory", metadata={"help": "Standardise NLL within: trajectory | group | batch."}
+    beta: float = field(
+        default=0.1,
+        metadata={"only": ("method", ("gaca",)), "help": "β: how strongly NLL moves λ away from ω/(1+ω) (gaca)."},
     )
-    nll_reduce: str = field(default="mean", metadata={"help": "Criticality u_t: mean (nats/token) | sum (nats)."})
-    lambda_min: float = field(default=0.0, metadata={"help": "Lower clip of λ_t."})
-    lambda_max: float = field(default=1.0, metadata={"help": "Upper clip of λ_t."})
+    nll_scope: str = field(
+        default="trajectory",
+        metadata={"only": ("method", ("gaca",)), "help": "Standardise NLL within: trajectory | group | batch."},
+    )
+    nll_reduce: str = field(
+        default="mean",
+        metadata={"only": ("method", ("gaca",)), "help": "Criticality u_t: mean (nats/token) | sum (nats)."},
+    )
+    lambda_min: float = field(default=0.0, metadata={"only": ("method", ("gaca",)), "help": "Lower clip of λ_t."})
+    lambda_max: float = field(default=1.0, metadata={"only": ("method", ("gaca",)), "help": "Upper clip of λ_t."})
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, use: str) -> None:

@@ -15,6 +15,9 @@ gives `--beta FLOAT` with that help and default. The rest follows from the field
 
 Validation stays in the config's `__post_init__`, which raises `ConfigError(field, message)`;
 `ConfigOptions.build` turns it into a usage error (exit status 2) naming the field's flag.
+An option that acts only with some value of another (`--beta` only with `--method gaca`) says
+so in its metadata, `only: (other field, its values)` or `(other field, "given")`; given on
+the command line without that, it is a usage error too, rather than silently doing nothing.
 """
 
 from __future__ import annotations
@@ -109,13 +112,34 @@ class ConfigOptions(Generic[T]):
     def build(self, **more: Any) -> T:
         """The config from the options (and `more`, fields the command supplies itself). An
         invalid value is a usage error (exit status 2) that names the option."""
+        hints = {f.name: " / ".join(f"'{n}'" for n in names_of(f)) for f in option_fields(self.config_class)}
         try:
-            return self.config_class(**self.values, **more)
+            config = self.config_class(**self.values, **more)
         except ConfigError as exc:
-            hints = {f.name: " / ".join(f"'{n}'" for n in names_of(f)) for f in option_fields(self.config_class)}
             raise typer.BadParameter(str(exc), param_hint=hints.get(exc.field)) from None
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
+        for f in option_fields(self.config_class):
+            if "only" in f.metadata and self.values.get(f.name, f.default) != f.default:
+                if (unless := _inactive(config, f)) is not None:
+                    value = self.values[f.name]
+                    shown = ",".join(value) if isinstance(value, tuple) else value
+                    raise typer.BadParameter(
+                        f"{f.name} = {shown} has no effect unless {unless}; drop it", param_hint=hints[f.name]
+                    )
+        return config
+
+
+def _inactive(config: Any, f: dataclasses.Field) -> str | None:
+    """When option `f` does nothing with the other options of `config`: what it needs (e.g.
+    "--method gaca"); else None."""
+    other, wanted = f.metadata["only"]
+    value = getattr(config, other)
+    flag = "--" + other.replace("_", "-")
+    if wanted == "given":
+        default = next(g.default for g in dataclasses.fields(config) if g.name == other)
+        return None if value != default else f"{flag} is given"
+    return None if value in wanted else f"{flag} {' or '.join(wanted)}"
 
 
 def config_options(config_class: type[T]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

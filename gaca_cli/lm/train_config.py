@@ -41,14 +41,21 @@ class TrainConfig:
             "help": f"{' | '.join(AGGREGATIONS)}: mean over the step's tokens, or per sequence then over sequences."
         },
     )
-    clip_low: float = field(default=0.2, metadata={"help": "ppo: ε_low, ratio clipped below at 1 − ε_low."})
-    clip_high: float = field(default=0.2, metadata={"help": "ppo: ε_high, ratio clipped above at 1 + ε_high."})
+    clip_low: float = field(
+        default=0.2, metadata={"only": ("loss", ("ppo",)), "help": "ppo: ε_low, ratio clipped below at 1 − ε_low."}
+    )
+    clip_high: float = field(
+        default=0.2, metadata={"only": ("loss", ("ppo",)), "help": "ppo: ε_high, ratio clipped above at 1 + ε_high."}
+    )
     is_cap: float | None = field(
         default=None, metadata={"help": "pg: truncate importance weights π/μ at this value (default: no weights)."}
     )
-    awr_temperature: float = field(default=1.0, metadata={"help": "awr: τ in exp(A/τ)."})
-    awr_max_weight: float = field(default=20.0, metadata={"help": "awr: clip of exp(A/τ)."})
-    bc_threshold: float = field(default=0.0, metadata={"help": "filtered-bc: train on the steps with A above this."})
+    awr_temperature: float = field(default=1.0, metadata={"only": ("loss", ("awr",)), "help": "awr: τ in exp(A/τ)."})
+    awr_max_weight: float = field(default=20.0, metadata={"only": ("loss", ("awr",)), "help": "awr: clip of exp(A/τ)."})
+    bc_threshold: float = field(
+        default=0.0,
+        metadata={"only": ("loss", ("filtered-bc",)), "help": "filtered-bc: train on the steps with A above this."},
+    )
     kl_coef: float = field(
         default=0.0, metadata={"help": "Weight of the k3 KL penalty to the starting model (0: off)."}
     )
@@ -90,9 +97,12 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "Seed of data order and initialisation."})
     # parameters
     lora_r: int = field(default=0, metadata={"help": "LoRA rank (0: full fine-tuning)."})
-    lora_alpha: float | None = field(default=None, metadata={"help": "LoRA α (default 2·r)."})
+    lora_alpha: float | None = field(
+        default=None, metadata={"only": ("lora_r", "given"), "help": "LoRA α (default 2·r)."}
+    )
     lora_targets: tuple[str, ...] = field(
-        default=("all-linear",), metadata={"help": "Comma-separated module names, or all-linear."}
+        default=("all-linear",),
+        metadata={"only": ("lora_r", "given"), "help": "Comma-separated module names, or all-linear."},
     )
     merge: bool = field(
         default=False, metadata={"help": "LoRA: save merged full weights in OUT_DIR (adapter in OUT_DIR/adapter)."}

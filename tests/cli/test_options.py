@@ -116,6 +116,15 @@ INVALID = [
     ("advantages", ["--epsilon", "inf"], "--epsilon", "inf"),
     ("advantages", ["--beta", "-1"], "--beta", "-1"),
     ("advantages", ["--beta", "nan"], "--beta", "nan"),
+    # options that act only with another's value: refused when given without it
+    ("advantages", ["-m", "grpo", "--beta", "0.5"], "--beta", "0.5"),
+    ("advantages", ["-m", "gigpo", "--nll-reduce", "sum"], "--nll-reduce", "sum"),
+    ("advantages", ["-m", "gigpo", "--nll-scope", "group"], "--nll-scope", "group"),
+    ("advantages", ["-m", "grpo", "--lambda-max", "0.9"], "--lambda-max", "0.9"),
+    ("advantages", ["-m", "grpo", "--step-weight", "2"], "--step-weight", "2"),
+    ("advantages", ["-m", "grpo", "--anchor-similarity", "0.9"], "--anchor-similarity", "0.9"),
+    ("advantages", ["--similarity-metric", "difflib"], "--similarity-metric", "difflib"),
+    ("advantages", ["--similarity-order", "rows"], "--similarity-order", "rows"),
     ("advantages", ["--nll-scope", "episode"], "--nll-scope", "episode"),
     ("advantages", ["--nll-reduce", "max"], "--nll-reduce", "max"),
     ("advantages", ["--lambda-min", "-0.1"], "--lambda-min", "-0.1"),
@@ -141,6 +150,13 @@ INVALID = [
     ("train-offline", ["--loss", "pg", "--is-cap", "0"], "--is-cap", "0"),
     ("train-offline", ["--is-cap", "2"], "--is-cap", "2"),  # only with --loss pg
     ("train-offline", ["--awr-temperature", "0"], "--awr-temperature", "0"),
+    ("train-offline", ["--awr-temperature", "2"], "--awr-temperature", "2"),  # only with --loss awr
+    ("train-offline", ["--loss", "pg", "--awr-max-weight", "5"], "--awr-max-weight", "5"),
+    ("train-offline", ["--loss", "awr", "--clip-low", "0.1"], "--clip-low", "0.1"),  # only with ppo
+    ("train-offline", ["--loss", "pg", "--clip-high", "0.3"], "--clip-high", "0.3"),
+    ("train-offline", ["--bc-threshold", "1"], "--bc-threshold", "1"),  # only with filtered-bc
+    ("train-offline", ["--lora-alpha", "8"], "--lora-alpha", "8"),  # only with LoRA
+    ("train-offline", ["--lora-targets", "q_proj"], "--lora-targets", "q_proj"),
     ("train-offline", ["--awr-max-weight", "0"], "--awr-max-weight", "0"),
     ("train-offline", ["--bc-threshold", "inf"], "--bc-threshold", "inf"),
     ("train-offline", ["--kl-coef", "-1"], "--kl-coef", "-1"),
@@ -218,6 +234,23 @@ def test_invalid_value_is_a_usage_error_naming_its_flag(tmp_path, monkeypatch, c
     assert value in text, res.stderr
     assert re.search(r"; (use|drop) ", text), res.stderr  # and what to use instead
     assert not any(tmp_path.iterdir())  # nothing written, no directory made
+
+
+def test_an_option_that_only_acts_with_another_names_it(tmp_path, monkeypatch):
+    """`--beta 0.5 -m grpo` says what --beta needs; the same value with it, or the default
+    value without it, is not refused (a script may pass the defaults to every method)."""
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["advantages", *BASE["advantages"], "-m", "grpo", "--beta", "0.5"])
+    assert res.exit_code == 2 and "beta = 0.5 has no effect unless --method gaca; drop it" in res.stderr
+    res = runner.invoke(app, ["train-offline", *BASE["train-offline"], "--lora-alpha", "8"])
+    assert res.exit_code == 2 and "lora_alpha = 8.0 has no effect unless --lora-r is given; drop it" in res.stderr
+    for args in (
+        ["-m", "gaca", "--beta", "0.5"],
+        ["-m", "grpo", "--beta", "0.1"],
+        ["--anchor-similarity", "0.9", "--similarity-order", "rows"],
+    ):
+        res = runner.invoke(app, ["advantages", *BASE["advantages"], *args])
+        assert res.exit_code == 1 and "missing.parquet" in res.stderr, (args, res.output)  # past the options
 
 
 def test_every_option_has_an_invalid_value_case():
