@@ -127,6 +127,23 @@ def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
     return plain(log.table.column(C.ADVANTAGE)).cast(pa.float64()).to_numpy(zero_copy_only=False)[index.order]
 
 
+def _warn_other_temperature(log: Log, config: TrainConfig) -> None:
+    """A warning when `token_logprobs` were scored at another -T (the file's gaca.score
+    metadata) than this run divides the logits by: π/μ would compare two temperatures."""
+    import warnings
+
+    try:
+        scored = json.loads(log.metadata.get(C.META_SCORE, "{}")).get("temperature")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(scored, (int, float)) and float(scored) != config.temperature:
+        warnings.warn(
+            f"{log.source}: token_logprobs were scored with -T {scored:g} (gaca.score metadata), this run uses "
+            f"-T {config.temperature:g}: the ratios π/μ compare two temperatures; give -T {scored:g} to match",
+            stacklevel=2,
+        )
+
+
 def choose_behavior(
     log: Log,
     index: TrajectoryIndex,
@@ -187,6 +204,8 @@ def choose_behavior(
                 _row_error(log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)])
             )
             continue
+        if name == C.TOKEN_LOGPROBS:
+            _warn_other_temperature(log, config)
         return name, lists
     if not required:
         return None, None

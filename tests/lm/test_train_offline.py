@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 from typer.testing import CliRunner
 
 from gaca_cli.cli import app
+from gaca_cli.log import columns as C
 
 runner = CliRunner()
 
@@ -169,6 +171,26 @@ def two_action_policy(tiny_llama, tmp_path_factory):
     )
     assert res.exit_code == 0, res.output
     return start, scored
+
+
+def test_token_logprobs_scored_at_another_temperature_are_a_warning(two_action_policy, tmp_path):
+    """μ from `gaca score -T 0.5 --token-logprobs` with a run at -T 1: π/μ would compare two
+    temperatures; the file's gaca.score metadata says so, and the same -T gives no warning."""
+    start, scored = two_action_policy
+    table = pq.read_table(scored)
+    meta = dict(table.schema.metadata)
+    score_meta = json.loads(meta[C.META_SCORE.encode()])
+    meta[C.META_SCORE.encode()] = json.dumps({**score_meta, "temperature": 0.5}).encode()
+    at_half = tmp_path / "scored-T0.5.parquet"
+    pq.write_table(table.replace_schema_metadata(meta), at_half)
+    warning = "token_logprobs were scored with -T 0.5 (gaca.score metadata), this run uses -T 1"
+    for extra, warned in (((), True), (("-T", "0.5"), False)):
+        out = tmp_path / f"out{len(extra)}"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = run([at_half, "--model", start, "--max-steps", "1", "--batch-size", "2", "-o", out, *FAST, *extra])
+        assert res.exit_code == 0, res.output
+        assert any(warning in str(w.message) for w in caught) is warned, [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize("loss", ["ppo", "pg", "awr", "filtered-bc"])
