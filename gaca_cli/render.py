@@ -119,6 +119,11 @@ def train_summary(s: dict) -> Text:
     """`gaca train-offline`: the run, the rows used, the last optimiser step, the throughput."""
     rows, final = s["rows"], s["final"]
     resumed = f" (resumed at step {s['resumed_from_step']})" if s.get("resumed_from_step") else ""
+    if s.get("already_finished"):
+        return Text(
+            f"{s['output']}: the run had finished ({s['steps']} optimiser steps); nothing was trained again, "
+            "the model there is the run's"
+        )
     lines = [
         f"wrote {s['output']}: {s['mode']} fine-tuning with --loss {s['loss']}, {s['steps']} optimiser steps "
         f"over {s['sequences']:,} steps of the log{resumed}",

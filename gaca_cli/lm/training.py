@@ -1036,6 +1036,8 @@ class _Trainer:
     def run(self) -> TrainResult:
         self.setup()
         self.prepare()
+        if (finished := self.finished_run()) is not None:
+            return finished
         acc = self.accelerator
         # every check has passed: from here on the output directory may be written
         created = missing_dirs(self.out_dir)
@@ -1054,6 +1056,28 @@ class _Trainer:
                     (self.out_dir / CHECKPOINTS_DIR / START_FILE).unlink(missing_ok=True)
                     remove_empty([self.out_dir / CHECKPOINTS_DIR, *created])
             raise
+
+    def finished_run(self) -> TrainResult | None:
+        """With --resume, a run that already finished (RUN_FILE, which records how it started):
+        checked like a checkpoint, then its result as it was written, with nothing trained
+        again (a job scheduler that passes --resume to a finished job gets the same model);
+        None otherwise."""
+        path = self.out_dir / RUN_FILE
+        if not self.resume or not path.exists():
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8")).get(C.META_TRAIN, {})
+        if "state" not in doc:  # written before runs recorded their state: trained again, as then
+            return None
+        _check_resumable(doc["state"], self.config, self.fingerprint, self.model_fingerprint, path)
+        metrics_path = self.out_dir / METRICS_FILE
+        lines = metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else []
+        summary = {**doc["summary"], "already_finished": True}
+        return TrainResult(
+            out_dir=self.out_dir,
+            summary=summary,
+            metrics=[json.loads(line) for line in lines if line.strip()],
+            is_main_process=self.accelerator.is_main_process,
+        )
 
     def _divergence_advice(self, step: int) -> str:
         """What to change when the gradient is not finite at optimiser step `step`."""
@@ -1098,6 +1122,7 @@ class _Trainer:
                     "summary": summary,
                     "data_fingerprint": self.fingerprint,
                     "gaca_version": __version__,
+                    "state": self.state(self.total),  # what --resume checks on a finished run
                 }
             }
             (self.out_dir / RUN_FILE).write_text(json.dumps(run_doc, indent=2, default=str), encoding="utf-8")

@@ -524,6 +524,26 @@ def test_resume_of_a_run_that_never_started_starts_it(tiny_llama, tmp_path):
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["notes.txt"]
 
 
+def test_resume_of_a_finished_run_trains_nothing_again(tiny_llama, tmp_path):
+    """A job scheduler passing --resume to a finished job: the run's model, metrics and
+    checkpoints stay as they are (the last steps used to be trained again, the model
+    rewritten), and other options are still refused."""
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    out = tmp_path / "out"
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--batch-size", "6", "--max-steps", "3", "--warmup-ratio", "0"]
+    args += ["--save-every", "1", "-o", out]
+    assert run(args).exit_code == 0
+    files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+    res = run([*args, "--resume", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["already_finished"] is True and summary["steps"] == 3
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()} == files
+    assert "nothing was trained again" in " ".join(run([*args, "--resume"]).stderr.split())  # the summary: stderr
+    res = run([*args[:-2], "--lr", "1e-3", "-o", out, "--resume"])
+    assert res.exit_code == 1 and "--resume: the run was started with lr" in res.stderr
+
+
 def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
     """A run started with --device auto resumes with --device cpu where auto means the CPU (no
     GPU), and is refused where auto meant a GPU; another option still refuses the resume."""
