@@ -120,6 +120,8 @@ def test_a_work_directory_killed_while_deleted_is_removed_by_the_next_run(tmp_pa
 IGNORE_CTRL_C = """
 import os, signal, time
 from gaca_cli.log.io import ctrl_c_ignored
+# Ctrl-C on, as in a terminal (a shell's background job starts Python with SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 with ctrl_c_ignored():
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.2)
