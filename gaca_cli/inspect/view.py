@@ -257,7 +257,8 @@ def overview(view: dict) -> RenderableType:
     line.append("steps with a step-level signal ", style="bold")
     if sizes is None:
         line.append("none", style="dim")
-        line.append(f"  (method {view['method']}: episode-level credit only)", style="dim")
+        why = f"method {view['method']}" if view.get("method") else "no step groups in the file"
+        line.append(f"  ({why}: episode-level credit only)", style="dim")
     else:
         line.append(_pct(share))
         line.append("  (their anchor state is shared with another step of the group)", style="dim")

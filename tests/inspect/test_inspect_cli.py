@@ -234,6 +234,16 @@ def test_an_edited_output_column_is_refused_not_shown_as_a_dash(annotated, tmp_p
         assert "(task-00/r0, 3)" in line or "offending rows" in line
 
 
+def test_a_file_with_only_an_advantage_column_says_so(tmp_path):
+    """An advantage from elsewhere (no gaca metadata, no adv_method): the overview says the
+    file has no step groups, not "method None"."""
+    table = pq.read_table(EXAMPLE_LOG)
+    log = tmp_path / "adv.parquet"
+    pq.write_table(table.append_column("advantage", pa.array(np.linspace(-1, 1, table.num_rows))), log)
+    text = " ".join(invoke(str(log)).stdout.split())
+    assert "(no step groups in the file: episode-level credit only)" in text and "None" not in text
+
+
 def test_numbers_are_never_cut_on_a_narrow_console(tmp_path, monkeypatch):
     """Rewards ×12345 make the number columns wide: on an 80-column pipe (and COLUMNS=40)
     the text columns shrink, and a line too long for the console grows instead of cutting a
