@@ -445,20 +445,26 @@ def _columns(base: Sequence[str], available: dict[str, bool]) -> list[str]:
     return [c for c in base if available.get(c, True) and not (c == "z" and not available["nll"])]
 
 
-def _legend(view: dict, drop: str = "", *, sizes: bool = True) -> Text:
-    t = Text(style="dim")
-    t.append(f"{CRITICAL_MARK}", style="yellow")
-    t.append(f" critical: NLL z ≥ {view['critical_threshold_z']:g}")
+def _legend(view: dict, drop: str = "", *, sizes: bool = True, critical: bool = True) -> Text:
+    pieces: list[Text] = []
+    if critical:  # (a file without NLL marks no step critical)
+        pieces.append(Text.assemble((CRITICAL_MARK, "yellow"), f" critical: NLL z ≥ {view['critical_threshold_z']:g}"))
     if view.get("lambda_bar") is not None:
-        t.append("  ·  λ: share of the step-level signal, ")
-        t.append("yellow", style=ABOVE_STYLE)
-        t.append(f" above λ̄ = {view['lambda_bar']:.2f}, ")
-        t.append("blue", style=BELOW_STYLE)
-        t.append(" below")
+        pieces.append(
+            Text.assemble(
+                "λ: share of the step-level signal, ",
+                ("yellow", ABOVE_STYLE),
+                f" above λ̄ = {view['lambda_bar']:.2f}, ",
+                ("blue", BELOW_STYLE),
+                " below",
+            )
+        )
     if sizes:
-        t.append("  ·  |S|: steps sharing the anchor state")
+        pieces.append(Text("|S|: steps sharing the anchor state"))
     if drop:
-        t.append(f"  ·  anchors shown without their common start {drop.strip()!r}")
+        pieces.append(Text(f"anchors shown without their common start {drop.strip()!r}"))
+    t = Text("  ·  ").join(pieces)
+    t.stylize("dim")
     return t
 
 
@@ -502,7 +508,7 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
         for step in traj["steps"]:
             table.add_row(_step_cells(step, cols, view["lambda_bar"], drop), style="bold" if step["critical"] else None)
         parts += [Text(), _traj_header(traj), table]
-    parts.append(_legend(view, drop, sizes="size" in cols))
+    parts.append(_legend(view, drop, sizes="size" in cols, critical="z" in cols))
     return Group(*parts)
 
 
@@ -527,7 +533,7 @@ def top(view: dict, *, wide: bool = False) -> RenderableType:
         table.columns[cols.index(key_col)] = (header, {**opts, "header_style": "bold underline"})
     for row in view["rows"]:
         table.add_row(_step_cells(row, cols, view["lambda_bar"]), style="bold" if row["critical"] else None)
-    parts += [Text(), table, _legend(view, sizes=False)]
+    parts += [Text(), table, _legend(view, sizes=False, critical="z" in cols)]
     return Group(*parts)
 
 

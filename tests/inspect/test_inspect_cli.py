@@ -242,6 +242,9 @@ def test_a_file_with_only_an_advantage_column_says_so(tmp_path):
     pq.write_table(table.append_column("advantage", pa.array(np.linspace(-1, 1, table.num_rows))), log)
     text = " ".join(invoke(str(log)).stdout.split())
     assert "(no step groups in the file: episode-level credit only)" in text and "None" not in text
+    pq.write_table(pq.read_table(log).drop_columns(["behavior_logprobs"]), log)  # no NLL at all
+    for args in (["--traj", "task-00/r0"], ["--top", "3"]):
+        assert "critical" not in invoke(str(log), *args).stdout  # no step can be marked critical
 
 
 def test_numbers_are_never_cut_on_a_narrow_console(tmp_path, monkeypatch):
