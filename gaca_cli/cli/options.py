@@ -31,7 +31,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import typer
 
-from gaca_cli.advantages.config import ConfigError
+from gaca_cli.advantages.config import ConfigError, inactive_because
 
 T = TypeVar("T")
 
@@ -121,25 +121,13 @@ class ConfigOptions(Generic[T]):
             raise typer.BadParameter(str(exc)) from None
         for f in option_fields(self.config_class):
             if "only" in f.metadata and self.values.get(f.name, f.default) != f.default:
-                if (unless := _inactive(config, f)) is not None:
+                if (unless := inactive_because(config, f.name)) is not None:
                     value = self.values[f.name]
                     shown = ",".join(value) if isinstance(value, tuple) else value
                     raise typer.BadParameter(
                         f"{f.name} = {shown} has no effect unless {unless}; drop it", param_hint=hints[f.name]
                     )
         return config
-
-
-def _inactive(config: Any, f: dataclasses.Field) -> str | None:
-    """When option `f` does nothing with the other options of `config`: what it needs (e.g.
-    "--method gaca"); else None."""
-    other, wanted = f.metadata["only"]
-    value = getattr(config, other)
-    flag = "--" + other.replace("_", "-")
-    if wanted == "given":
-        default = next(g.default for g in dataclasses.fields(config) if g.name == other)
-        return None if value != default else f"{flag} is given"
-    return None if value in wanted else f"{flag} {' or '.join(wanted)}"
 
 
 def config_options(config_class: type[T]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -30,7 +30,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import __version__
+from gaca_cli.advantages.config import inactive_because
 from gaca_cli.errors import GacaError
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
@@ -586,6 +587,9 @@ def _resume_fields(config: TrainConfig) -> dict:
     meta = config.as_metadata() | {"model": model_key(config.model)}
     for name in _RESUME_MAY_CHANGE:
         meta.pop(name, None)
+    for name in list(meta):  # an option that does nothing here (--clip-high with --loss pg) is not compared
+        if name in {f.name for f in fields(config)} and inactive_because(config, name) is not None:
+            meta.pop(name)
     return meta
 
 

@@ -508,6 +508,26 @@ def test_resume_before_the_first_checkpoint_checks_the_run_and_starts_it_again(t
     assert steps == [1, 2, 3]
 
 
+def test_resume_ignores_an_option_that_does_nothing_in_the_run(tiny_llama, tmp_path):
+    """A run started (by an earlier gaca, which allowed it) with --loss pg --clip-high 0.28: the
+    clip did nothing, so --resume without it (as the usage error now asks) continues the run."""
+    import dataclasses
+
+    from gaca_cli.lm.training import TrainConfig
+
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=0, device="cpu")
+    part = tmp_path / "part"
+    interrupted_after_step(log, dataclasses.replace(config, clip_high=0.28), part, step=1)
+    started = json.loads((part / "checkpoints" / "started.json").read_text())
+    started["config"]["clip_high"] = 0.28  # as the earlier gaca recorded it
+    (part / "checkpoints" / "started.json").write_text(json.dumps(started))
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "3", "--batch-size", "6", "--save-every", "0"]
+    assert run([*args, "--clip-high", "0.28", "--resume", "-o", part]).exit_code == 2  # refused: drop it
+    res = run([*args, "--resume", "-o", part])
+    assert res.exit_code == 0, res.output
+
+
 def test_resume_of_a_run_that_never_started_starts_it(tiny_llama, tmp_path):
     """--resume where OUT_DIR is missing or empty (a run stopped before it wrote anything, as
     its Ctrl-C message suggests) starts the run; a directory of other files is refused."""
