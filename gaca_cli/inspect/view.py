@@ -187,6 +187,8 @@ def overview(view: dict) -> RenderableType:
     for _ in range(4):
         counts.add_column()
     counts.columns[1].justify = "right"
+    counts.columns[0].min_width, counts.columns[2].min_width = len("episode groups"), len("trajectories per group")
+    counts.columns[3].overflow = "fold"  # words wrap; one too long for the column folds, never …
     spt = view["steps_per_trajectory"]
     tpg = view["trajectories_per_group"]
     success = view["success"]
@@ -216,11 +218,6 @@ def overview(view: dict) -> RenderableType:
     parts += [Text(), counts]
 
     dists = view["distributions"]
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
-    table.add_column("distribution", style="bold", no_wrap=True)
-    for name in ("min", "median", "mean", "max"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("histogram, min → max", no_wrap=True)
     labels = {
         "advantage": "advantage A",
         "adv_episode": "episode A^E",
@@ -228,16 +225,27 @@ def overview(view: dict) -> RenderableType:
         "lambda": "λ weight",
         "nll": "NLL",
     }
+    stats = ("min", "median", "mean", "max")
+    rows_of_numbers = []
     for key, dist in dists.items():
         if dist is None or (key == "adv_step" and dist["min"] == dist["max"] == 0.0):
             continue  # grpo writes A^S = 0 everywhere
         signed_cols = key in ("advantage", "adv_episode", "adv_step")
-        cells = [dist[k] for k in ("min", "median", "mean", "max")]
-        table.add_row(
-            labels[key],
-            *[signed(c) if signed_cols else Text(fmt(c)) for c in cells],
-            Text(sparkline(dist["histogram"]["counts"]), style="magenta"),
-        )
+        cells = [signed(dist[k]) if signed_cols else Text(fmt(dist[k])) for k in stats]
+        rows_of_numbers.append((labels[key], cells, Text(sparkline(dist["histogram"]["counts"]), style="magenta")))
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
+    table.add_column(
+        "distribution",
+        style="bold",
+        no_wrap=True,
+        min_width=max(len(r[0]) for r in [("distribution",)] + rows_of_numbers),
+    )
+    for i, name in enumerate(stats):  # a number is never cut: the line grows instead (see print_paged)
+        width = max([len(name)] + [cells[i].cell_len for _, cells, _ in rows_of_numbers])
+        table.add_column(name, justify="right", no_wrap=True, min_width=width)
+    table.add_column("histogram, min → max", no_wrap=True)
+    for label, cells, histogram in rows_of_numbers:
+        table.add_row(label, *cells, histogram)
     parts += [Text(), table]
     signs = view["advantage_signs"]
     notes = Text(style="dim")
@@ -266,17 +274,17 @@ def overview(view: dict) -> RenderableType:
     if sizes is not None:
         total = max(sum(sizes.values()), 1)
         bars = Table(box=None, show_header=True, padding=(0, 1), pad_edge=False)
-        bars.add_column("step-group size", justify="right", style="bold")
-        bars.add_column("steps", justify="right")
+        # the numbers keep their width (the bars shrink first, then the line grows)
+        bars.add_column("step-group size", justify="right", style="bold", no_wrap=True, min_width=15)
+        bars.add_column(
+            "steps", justify="right", no_wrap=True, min_width=max(len(f"{n:,}") for n in [10000, *sizes.values()])
+        )
+        bars.add_column("", justify="right", no_wrap=True, min_width=4)
         bars.add_column("", no_wrap=True)
         top = max(sizes.values()) or 1
         for label, n in sizes.items():
-            n_cells = round(30 * n / top)
-            bars.add_row(
-                label,
-                f"{n:,}",
-                Text("█" * n_cells + f" {100 * n / total:.0f}%", style="cyan" if label != "1" else "dim"),
-            )
+            style = "cyan" if label != "1" else "dim"
+            bars.add_row(label, f"{n:,}", f"{100 * n / total:.0f}%", Text("█" * round(30 * n / top), style=style))
         parts += [Text(), bars]
 
     crit = view["critical_steps"]

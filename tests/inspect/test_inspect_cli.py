@@ -257,12 +257,20 @@ def test_numbers_are_never_cut_on_a_narrow_console(tmp_path, monkeypatch):
     pq.write_table(table.set_column(i, "reward", pc.multiply(table["reward"], 12345.0)), raw)
     out = tmp_path / "annotated.parquet"
     assert CliRunner().invoke(app, ["advantages", str(raw), "-o", str(out)]).exit_code == 0
+    from gaca_cli.inspect.view import fmt
+
     steps = json.loads(invoke(str(out), "--traj", "task-00/r0", "--json").stdout)["trajectories"][0]["steps"]
-    for columns in ("80", "40"):
+    overview = json.loads(invoke(str(out), "--json").stdout)
+    for columns in ("80", "60", "40"):
         monkeypatch.setenv("COLUMNS", columns)
         text = invoke(str(out), "--traj", "task-00/r0").stdout
         for step in steps:
             assert f"{step['advantage']:+.2f}" in text and f"{step['adv_episode']:+.2f}" in text, (columns, text)
+        text = invoke(str(out)).stdout  # the overview's tables
+        for name in ("advantage", "adv_episode"):
+            for key in ("min", "median", "mean", "max"):
+                assert fmt(overview["distributions"][name][key], sign="+") in text, (columns, name, key, text)
+        assert f"{overview['rows']:,}" in text and "episode groups" in text and "step-group size" in text, text
 
 
 def test_huge_advantages_stay_finite_and_readable(annotated, tmp_path):
