@@ -277,6 +277,26 @@ def test_fields_named_like_columns_that_a_record_does_not_read_are_kept(tmp_path
     assert json.loads(rows[3]["extra"]) == {"rewards": [1]}
 
 
+def test_float32_rewards_agree_with_their_sum_and_null_fields_are_absent(tmp_path):
+    """Per-turn rewards logged from float32 (torch .item()) beside their float32 sum agree;
+    a null `prompt` beside `messages` (or the reverse) is an absent field, not a column."""
+    import numpy as np
+
+    turns = [float(np.float32(x)) for x in (0.1, 0.2, 0.7)]
+    records = [
+        {"messages": chat("a", "o", "b", "o", "c"), "rewards": turns, "reward": 1.0, "traj_id": "f32"},
+        {"action": "x", "messages": [TASK], "prompt": None, "traj_id": "s1", "group_id": "g", "reward": 1},
+        {"action": "y", "messages": None, "prompt": "P", "traj_id": "s2", "group_id": "g", "reward": 0},
+    ]
+    src = write_jsonl(tmp_path / "f.jsonl", records[:1])
+    import_json("chat-jsonl", src, out=tmp_path / "f.parquet")
+    assert [r["reward"] for r in rows_of(tmp_path / "f.parquet")] == turns
+    for record, column in ((records[1], "source_prompt"), (records[2], "source_messages")):
+        src = write_jsonl(tmp_path / "s.jsonl", [record])
+        summary = import_json("chat-jsonl", src, out=tmp_path / "s.parquet")
+        assert column not in pq.read_schema(tmp_path / "s.parquet").names and column not in summary["kept"]
+
+
 def test_a_lone_surrogate_escape_names_its_field_and_a_pair_is_one_character(tmp_path):
     good = json.dumps({"messages": chat("smile \ud83d\ude00"), "reward": 1, "traj_id": "t0"})
     cut = json.dumps({"messages": chat("a"), "reward": 1, "traj_id": "t1", "note": "cut \ud83d"})
