@@ -41,6 +41,8 @@ def inspect_command(
 
         with user_errors():
             formats = figure_formats()
+        if not plot.suffix:  # as matplotlib does: PNG, with its suffix
+            plot = plot.with_name(plot.name + ".png")
         if plot.suffix.lstrip(".").lower() not in formats:
             raise typer.BadParameter(
                 f"{str(plot)!r} does not end in a figure format; use FILE.png (or "

@@ -352,3 +352,7 @@ def test_a_figure_that_cannot_be_written_names_plot(annotated, tmp_path):
     # a suffix matplotlib does not write: a usage error, before any work (tests/cli/test_options.py)
     result = CliRunner().invoke(app, ["inspect", annotated, "--plot", str(tmp_path / "figure.txt")])
     assert result.exit_code == 2 and not (tmp_path / "figure.txt").exists()
+    # no suffix at all: a PNG, named as matplotlib names it
+    result = CliRunner().invoke(app, ["inspect", annotated, "--plot", str(tmp_path / "figure"), "--no-pager"])
+    assert result.exit_code == 0 and f"wrote {tmp_path / 'figure.png'}" in result.stderr
+    assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
