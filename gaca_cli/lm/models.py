@@ -239,6 +239,9 @@ def load_causal_lm(
     return lm, tokenizer, dev, torch_dtype
 
 
+_REBUILT_BUFFER = re.compile(r"(\.attn\.(masked_)?bias|rotary_emb\.inv_freq)$")
+
+
 def _check_loaded(info: dict, model: str) -> None:
     """Refuse a model whose weight files lack tensors its config asks for, or hold them in
     another shape: transformers would initialise those at random, and every number after would
@@ -262,8 +265,10 @@ def _check_loaded(info: dict, model: str) -> None:
             f"({some(mismatched)}); check that config.json and the weights belong together",
             file=model,
         )
-    if info.get("unexpected_keys"):
-        unexpected = sorted(info["unexpected_keys"])
+    # buffers older checkpoints saved and models now rebuild (GPT-2's causal masks, rotary
+    # frequencies): not weights the config leaves unused
+    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not _REBUILT_BUFFER.search(str(k)))
+    if unexpected:
         warnings.warn(
             f"{model}: the weight files hold {len(unexpected)} tensor(s) the config does not use ({some(unexpected)})",
             stacklevel=2,

@@ -535,19 +535,24 @@ def _flatten(doc: dict, prefix: str = "") -> dict:
     return out
 
 
-def _check_finite(nll_sum: np.ndarray, log, rows: np.ndarray, config: ScoreConfig) -> None:
+def _check_finite(nll_sum: np.ndarray, log, rows: np.ndarray, config: ScoreConfig, model) -> None:
     """Refuse NaN or ±inf NLLs (nothing is written): a temperature so small that the logits
-    overflow, or a model whose activations do in its dtype."""
+    overflow, a model whose activations do in its half-precision dtype, or one that gives
+    them in float32 too (NaN in its weights, say)."""
     bad = ~np.isfinite(nll_sum)
     if not bad.any():
         return
+    import torch
+
     from gaca_cli.log.checks import rows_text
 
-    why = (
-        f"-T {config.temperature:g} divides the logits into overflow: use a larger temperature"
-        if config.temperature < 1.0
-        else "the model's activations overflow in its dtype: try --dtype fp32"
-    )
+    dtype = next(model.parameters()).dtype
+    if config.temperature < 1.0:
+        why = f"-T {config.temperature:g} divides the logits into overflow: use a larger temperature"
+    elif dtype in (torch.bfloat16, torch.float16):
+        why = f"the model's activations overflow in {str(dtype).removeprefix('torch.')}: try --dtype fp32"
+    else:
+        why = f"in {str(dtype).removeprefix('torch.')}: check the model's weights for NaN or ±inf"
     raise GacaError(
         f"the model gives a non-finite NLL ({why})",
         file=config.model,
@@ -688,7 +693,7 @@ def score_shard(
         n_tokens = np.array([len(x) for x in step_lps], dtype=np.int32)
         nll_sum = np.array([-float(np.sum(x, dtype=np.float64)) for x in step_lps], dtype=np.float64)
         nll_sum[n_tokens == 0] = 0.0
-        _check_finite(nll_sum, log, rows, config)
+        _check_finite(nll_sum, log, rows, config, scorer.model)
         stats.update(
             rows=len(pos),
             trajectories=len(trajs),

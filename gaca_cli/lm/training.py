@@ -1087,9 +1087,11 @@ class _Trainer:
         """What to change when the gradient is not finite at optimiser step `step`."""
         if step == 0:  # no update yet: the starting model and the data give it
             largest = float(np.max(np.abs(self.data.advantage), initial=0.0))
-            suspects = [f"the advantage column (its largest |A| is {largest:.3g})"]
+            suspects = [f"the advantage column (its largest |A| is {largest:.3g})"] if largest > 1e4 else []
             if self.config.temperature != 1.0:
                 suspects.append(f"-T {self.config.temperature:g}")
+            if not suspects:  # ordinary advantages, T = 1: the model
+                suspects.append("the starting model (`gaca score` with it names steps whose NLL is not finite)")
             return f"the loss is not finite before any update: check {' and '.join(suspects)}"
         return "lower --lr" if self.config.max_grad_norm > 0 else "lower --lr, or set --max-grad-norm"
 

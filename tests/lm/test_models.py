@@ -154,6 +154,46 @@ def test_score_and_train_refuse_the_model_and_write_nothing(model, request, tmp_
     assert leftovers == ["annotated.parquet"], leftovers
 
 
+def test_a_model_that_gives_nan_is_named_as_the_cause(tiny_llama, tmp_path):
+    """NaN in the weights (float32, T = 1, ordinary advantages): score refuses the NaN NLLs
+    pointing at the weights, and train-offline's first step points at the starting model."""
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "nan-llama"
+    shutil.copytree(tiny_llama, broken)
+    weights = load_file(broken / "model.safetensors")
+    name = next(k for k in weights if k.endswith("norm.weight"))
+    weights[name][0] = float("nan")
+    save_file(weights, broken / "model.safetensors")
+    work = tmp_path / "work"
+    work.mkdir()
+    line = one_error_line(
+        runner.invoke(app, ["score", str(EXAMPLE_LOG), "--model", str(broken), "-o", str(work / "s.parquet")])
+    )
+    assert "non-finite NLL (in float32: check the model's weights for NaN or ±inf)" in line, line
+    annotated = work / "annotated.parquet"
+    table = pq.read_table(EXAMPLE_LOG)
+    pq.write_table(table.append_column("advantage", pa.array(np.linspace(-1, 1, table.num_rows))), annotated)
+    res = runner.invoke(
+        app,
+        [
+            "train-offline",
+            str(annotated),
+            "--model",
+            str(broken),
+            "--loss",
+            "pg",
+            "--max-steps",
+            "1",
+            "-o",
+            str(work / "t"),
+        ],
+    )
+    line = one_error_line(res)
+    assert "before any update: check the starting model" in line and "advantage column" not in line, line
+    assert sorted(p.name for p in work.iterdir()) == ["annotated.parquet"]
+
+
 def test_the_model_fingerprint_is_the_directorys_own_files(tiny_llama, tmp_path, monkeypatch):
     """--resume compares the model by its top-level files, which are what transformers loads:
     a run writing its output or checkpoints into a folder inside the model directory (a
