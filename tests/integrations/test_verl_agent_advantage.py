@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -170,6 +171,61 @@ def test_beta_positive_is_gaca_advantages_on_the_same_rows(tmp_path, case, beta)
     assert np.all(got.numpy()[mask] == np.repeat(per_row, mask.sum(1)))
 
 
+@pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
+def test_the_documented_offline_recipe_on_a_padded_batch(tmp_path, mode):
+    """docs/verl-agent.md's recipe on a batch that adjust_batch padded with copies of rows (a
+    copy keeps its original's step, so step_idx is the rank in batch order) at γ = 0.9: reward =
+    step_rewards with --gamma 0 and episode_reward = the row's score give the function's
+    advantage, with verl-agent's conventions and similarity grouping."""
+    batch = make_batch(40, gamma=0.9, dtype=torch.float64)
+    copies = np.random.default_rng(40).choice(len(batch.index), 7)  # the padding copies, appended
+    take = np.concatenate([np.arange(len(batch.index)), copies])
+    padded = dataclasses.replace(
+        batch,
+        token_level_rewards=batch.token_level_rewards[take],
+        step_rewards=batch.step_rewards[take],
+        response_mask=batch.response_mask[take],
+        old_log_prob=batch.old_log_prob[take],
+        anchor_obs=batch.anchor_obs[take],
+        index=batch.index[take],
+        traj_index=batch.traj_index[take],
+    )
+    options = {**VERL, "nll_scope": "trajectory", "nll_reduce": "mean"}
+    got, _ = gaca_on(padded, beta=0.1, mode=mode, enable_similarity=True, similarity_thresh=0.95, **options)
+    mask = padded.response_mask.numpy().astype(bool)
+    lp = padded.old_log_prob.numpy()
+    n_tokens = mask.sum(-1)
+    traj = list(padded.traj_index)
+    table = pa.table(
+        {
+            "group_id": list(padded.index),
+            "traj_id": traj,
+            "step_idx": [traj[:i].count(t) for i, t in enumerate(traj)],  # the rank in batch order
+            "reward": padded.step_rewards.numpy(),
+            "episode_reward": padded.token_level_rewards.sum(-1).numpy(),
+            "anchor_obs": list(padded.anchor_obs),
+            "nll_mean": pa.array(
+                [-lp[i][mask[i]].sum() / n_tokens[i] if n_tokens[i] else np.nan for i in range(len(mask))],
+                from_pandas=True,
+            ),
+        }
+    )
+    path = tmp_path / "batch.parquet"
+    pq.write_table(table, path)
+    config = AdvantagesConfig(
+        method="gaca",
+        gamma=0.0,
+        beta=0.1,
+        norm="std" if mode == "mean_std_norm" else "mean",
+        anchor_similarity=0.95,
+        **options,
+    )
+    want = compute_advantages(read_for_advantages([str(path)], {}, config), config).result.advantage
+    per_row = got.numpy()[np.arange(len(mask)), np.argmax(mask, axis=1)]
+    filled = mask.any(axis=1)
+    np.testing.assert_allclose(per_row[filled], want[filled], rtol=1e-9, atol=1e-9)
+
+
 def test_sum_reduction_reads_the_summed_log_probabilities(tmp_path):
     """nll_reduce='sum': u_t is Σ −log π over the response, as `gaca advantages --nll-reduce sum`
     computes it from behavior_logprobs."""
@@ -208,6 +264,15 @@ def test_output_follows_the_input_dtype_and_device():
         make_batch(30, dtype=torch.float64), beta=0.3
     )  # same batch, same rng draws, finer dtype: close to bf16 rounding
     assert torch.allclose(got.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_output_dtype_is_promoted_as_verl_agents_sum_is():
+    """bf16 token rewards with float32 step_rewards (what compute_step_discounted_returns
+    returns): verl-agent's A^E + ω·A^S is float32 by torch's promotion, and so is ours."""
+    batch = make_batch(32, dtype=torch.bfloat16)
+    batch = dataclasses.replace(batch, step_rewards=batch.step_rewards.float())
+    got, _ = gaca_on(batch, beta=0.0)
+    assert got.dtype == torch.float32
 
 
 def test_beta_moves_weight_and_masked_log_probs_do_not_count():

@@ -86,7 +86,8 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     step_rewards (G_t) over its step group, z_t the standardised criticality u_t. β = 0 gives
     verl-agent's GiGPO, A^E + ω·A^S_t.
 
-    token_level_rewards: [B, L] (any float dtype; the output takes its dtype and device)
+    token_level_rewards: [B, L] (any float dtype; the output is on its device, in the dtype that
+                         torch promotes it and step_rewards' to, as verl-agent's sum is)
     step_rewards:        [B]    G_t of each row (verl-agent's compute_step_discounted_returns)
     response_mask:       [B, L] 1 on response tokens
     anchor_obs, index, traj_index: [B] anchor, episode-group uid, trajectory uid of each row
@@ -149,7 +150,9 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
         row_return=row_score if episode_stats == "steps" else None,
     )
     advantage = torch.from_numpy(gaca(rollouts, config).advantage)
-    advantage = advantage.to(device=token_level_rewards.device, dtype=token_level_rewards.dtype)
+    # verl-agent's A^E (token_level_rewards' dtype) + ω·A^S (step_rewards'): the promoted dtype
+    dtype = torch.promote_types(token_level_rewards.dtype, step_rewards.dtype)
+    advantage = advantage.to(device=token_level_rewards.device, dtype=dtype)
     scores = advantage.unsqueeze(-1) * on_response
     return scores, scores
 
