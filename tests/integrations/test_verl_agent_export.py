@@ -123,6 +123,23 @@ def test_every_active_step_becomes_a_row_with_every_value(tmp_path, tok, tensor,
     }
 
 
+def test_max_steps_tells_an_environment_that_ended_at_the_last_loop_step(tmp_path, tok):
+    """The loop stops once every environment is done: with max_steps (env.max_steps) above
+    the loop's 3 steps, traj-a ended at its last step too; at 3 it may have been cut. Image
+    inputs (multi_modal_inputs) are left out, not written as text."""
+    total, episode_rewards = _rollout(tok, "numpy")
+    for steps in total:
+        for step in steps:
+            step["multi_modal_inputs"] = {"pixel_values": np.zeros((2, 3), dtype=np.float32)}
+    for max_steps, traj_a_done in ((50, True), (3, False), (None, False)):
+        out = tmp_path / str(max_steps)
+        rows = _read(export_rollout(out, total, episode_rewards, tok, max_steps=max_steps))
+        done = {(r["traj_id"], r["step_idx"]): r["done"] for r in rows}
+        assert done[("traj-a", 2)] is traj_a_done and done[("traj-b", 1)] is True
+        assert not any(done[("traj-a", t)] for t in (0, 1))
+        assert all("multi_modal_inputs" not in row and "multi_modal_inputs" not in row.get("extra", {}) for row in rows)
+
+
 def test_without_tokenizer_or_logprobs_the_text_and_logprob_columns_are_absent(tmp_path, tok):
     total, episode_rewards = _rollout(tok, "numpy", with_logprobs=False)
     rows = _read(export_rollout(tmp_path, total, episode_rewards))

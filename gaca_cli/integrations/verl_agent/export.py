@@ -15,7 +15,7 @@ reorders and balances. `export_rollout` is called between the two, in `multi_tur
 | step_idx | the step's position in its environment's list (the loop's `_step`), active steps only |
 | reward | `rewards` (the environment's reward for this step) |
 | episode_reward | `episode_rewards[i]` (Σ of the active steps' rewards, as verl-agent sums them) |
-| done | true on the last active step when later steps are inactive (the environment ended) |
+| done | true on the last active step when later steps are inactive, or the loop stopped before `max_steps` (the environment ended) |
 | anchor_obs | `anchor_obs` (text as it is; any other value as JSON) |
 | prompt_token_ids, action_token_ids | `prompts`, `responses` without padding (`attention_mask`) |
 | prompt, action | those tokens decoded (the prompt with its special tokens, the action without) |
@@ -23,7 +23,7 @@ reorders and balances. `export_rollout` is called between the two, in `multi_tur
 
 Every other scalar of the step dict (`is_action_valid`, `index`, `data_source`...) becomes a
 column of its name, other values go to the JSON column `extra`, and tensors the columns above
-already hold (`input_ids`, `position_ids`...) are left out.
+already hold (`input_ids`, `position_ids`...) and image inputs (`multi_modal_inputs`) are left out.
 
 Values may be numpy arrays and scalars or torch tensors; torch is never imported here.
 """
@@ -46,7 +46,7 @@ PROMPTS, RESPONSES, ATTENTION_MASK, ROLLOUT_LOG_PROBS = "prompts", "responses", 
 READ = frozenset(
     {UID, TRAJ_UID, ANCHOR_OBS, REWARDS, ACTIVE_MASKS, PROMPTS, RESPONSES, ATTENTION_MASK, ROLLOUT_LOG_PROBS}
 )
-LEFT_OUT = frozenset({"input_ids", "position_ids", "response_mask", "raw_prompt_ids"})
+LEFT_OUT = frozenset({"input_ids", "position_ids", "response_mask", "raw_prompt_ids", "multi_modal_inputs"})
 # the columns the rows hold: a step-dict key of one of these names is kept as source_<name>
 COLUMNS = frozenset(
     {
@@ -167,7 +167,9 @@ def _step_row(
     return row
 
 
-def _rows(total_batch_list: Sequence[Sequence[Mapping[str, Any]]], episode_rewards: Any, tokenizer: Any) -> list[dict]:
+def _rows(
+    total_batch_list: Sequence[Sequence[Mapping[str, Any]]], episode_rewards: Any, tokenizer: Any, max_steps: int | None
+) -> list[dict]:
     returns = _plain(episode_rewards)
     if not isinstance(returns, list) or len(returns) != len(total_batch_list):
         n = len(returns) if isinstance(returns, list) else "not a list of"
@@ -178,7 +180,8 @@ def _rows(total_batch_list: Sequence[Sequence[Mapping[str, Any]]], episode_rewar
         n_active = sum(active)
         if active[:n_active] != [True] * n_active:
             raise ValueError(f"environment {env}: an active step follows an inactive one (active_masks)")
-        ended = n_active < len(steps)
+        # the loop stops early once every environment is done: then each one ended
+        ended = n_active < len(steps) or (max_steps is not None and len(steps) < max_steps)
         for k in range(n_active):
             where = f"environment {env}, step {k}"
             rows.append(_step_row(steps[k], where, tokenizer, k, float(returns[env]), ended and k == n_active - 1))
@@ -214,13 +217,16 @@ def export_rollout(
     *,
     global_step: int | None = None,
     file_format: str = "parquet",
+    max_steps: int | None = None,
 ) -> Path:
     """Write one verl-agent rollout as gaca log rows, one row per active step; returns the file.
 
     `total_batch_list[i][t]`: the step dict of environment i at loop step t, as
     `vanilla_multi_turn_loop` collects them; `episode_rewards[i]`: environment i's return
     (numpy array or torch tensor). `tokenizer` (optional): decodes the prompt and action text.
-    `global_step`, when given, is written as a column and in the file's name.
+    `global_step`, when given, is written as a column and in the file's name. `max_steps`
+    (verl-agent's `env.max_steps`), when given, tells an environment that ended at the loop's
+    last step (done) from one cut there: a loop shorter than it stopped because all were done.
 
     The file `<out_dir>/rollout-<global_step>-<random>.<parquet|jsonl>` (a time stamp instead of
     the step when none is given) is written to a temporary name and renamed when complete, so a
@@ -228,7 +234,7 @@ def export_rollout(
     """
     if file_format not in FORMATS:
         raise ValueError(f"file_format must be one of {', '.join(FORMATS)}, got {file_format!r}")
-    rows = _rows(total_batch_list, episode_rewards, tokenizer)
+    rows = _rows(total_batch_list, episode_rewards, tokenizer, max_steps)
     if global_step is not None:
         for row in rows:
             row["global_step"] = int(global_step)
