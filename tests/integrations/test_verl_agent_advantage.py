@@ -31,6 +31,11 @@ from tests.integrations.verl_agent_reference import Batch, gigpo_reference, make
 VERL = {"episode_stats": "steps", "singleton_groups": "raw", "similarity_metric": "difflib", "similarity_order": "rows"}
 
 
+def take_rows(batch: Batch, rows: np.ndarray) -> Batch:
+    """The batch with its rows taken in the order `rows` gives (repeats allowed)."""
+    return Batch(**{f.name: getattr(batch, f.name)[rows] for f in dataclasses.fields(batch)})
+
+
 def gaca_on(batch: Batch, **kwargs):
     return compute_gaca_outcome_advantage(**batch.gigpo_args(), old_log_prob=batch.old_log_prob, **kwargs)
 
@@ -179,17 +184,7 @@ def test_the_documented_offline_recipe_on_a_padded_batch(tmp_path, mode):
     advantage, with verl-agent's conventions and similarity grouping."""
     batch = make_batch(40, gamma=0.9, dtype=torch.float64)
     copies = np.random.default_rng(40).choice(len(batch.index), 7)  # the padding copies, appended
-    take = np.concatenate([np.arange(len(batch.index)), copies])
-    padded = dataclasses.replace(
-        batch,
-        token_level_rewards=batch.token_level_rewards[take],
-        step_rewards=batch.step_rewards[take],
-        response_mask=batch.response_mask[take],
-        old_log_prob=batch.old_log_prob[take],
-        anchor_obs=batch.anchor_obs[take],
-        index=batch.index[take],
-        traj_index=batch.traj_index[take],
-    )
+    padded = take_rows(batch, np.concatenate([np.arange(len(batch.index)), copies]))
     options = {**VERL, "nll_scope": "trajectory", "nll_reduce": "mean"}
     got, _ = gaca_on(padded, beta=0.1, mode=mode, enable_similarity=True, similarity_thresh=0.95, **options)
     mask = padded.response_mask.numpy().astype(bool)
@@ -290,18 +285,8 @@ def test_row_order_does_not_matter_without_similarity():
     batch = make_batch(32, penalty=0.1)
     got, _ = gaca_on(batch, beta=0.4)
     perm = np.random.default_rng(0).permutation(len(batch.index))
-    t = torch.from_numpy(perm)
-    shuffled, _ = compute_gaca_outcome_advantage(
-        token_level_rewards=batch.token_level_rewards[t],
-        step_rewards=batch.step_rewards[t],
-        response_mask=batch.response_mask[t],
-        anchor_obs=batch.anchor_obs[perm],
-        index=batch.index[perm],
-        traj_index=batch.traj_index[perm],
-        old_log_prob=batch.old_log_prob[t],
-        beta=0.4,
-    )
-    assert torch.allclose(shuffled, got[t], rtol=1e-6, atol=1e-6)
+    shuffled, _ = gaca_on(take_rows(batch, perm), beta=0.4)
+    assert torch.allclose(shuffled, got[torch.from_numpy(perm)], rtol=1e-6, atol=1e-6)
 
 
 def test_bad_arguments_are_refused():
