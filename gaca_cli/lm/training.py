@@ -587,9 +587,9 @@ def _resume_fields(config: TrainConfig) -> dict:
     meta = config.as_metadata() | {"model": model_key(config.model)}
     for name in _RESUME_MAY_CHANGE:
         meta.pop(name, None)
-    for name in list(meta):  # an option that does nothing here (--clip-high with --loss pg) is not compared
-        if name in {f.name for f in fields(config)} and inactive_because(config, name) is not None:
-            meta.pop(name)
+    for f in fields(config):  # an option that does nothing here (--clip-high with --loss pg) is not compared
+        if f.name in meta and inactive_because(config, f.name) is not None:
+            meta.pop(f.name)
     return meta
 
 
