@@ -671,7 +671,7 @@ EventHandler = Callable[[str, dict], None]
 def _sum_stats():
     return {
         "policy": 0.0,
-        "kl_sum": 0.0,
+        "kl": 0.0,
         "tokens": 0.0,
         "action_tokens": 0.0,
         "ratio_sum": 0.0,
@@ -903,8 +903,9 @@ class _Trainer:
                 if self.ref is not None:
                     ref = torch.from_numpy(np.concatenate([self.ref[i] for i in members])).to(self.device)
                     kl = kl_k3(logp, ref)
-                    loss = loss + config.kl_coef * (weight * kl).sum()
-                    sums["kl_sum"] += 0.0 if dummy else float(kl.detach().sum())
+                    weighted_kl = (weight * kl).sum()  # aggregated as the policy loss is (token- or seq-mean)
+                    loss = loss + config.kl_coef * weighted_kl
+                    sums["kl"] += 0.0 if dummy else float(weighted_kl.detach())
                 acc.backward(loss * world)  # DDP averages over processes; weights already use global counts
             if dummy:
                 continue
@@ -941,7 +942,7 @@ class _Trainer:
         t = dict(zip(keys, totals.tolist()))
         elapsed = time.perf_counter() - started
         has_ratio = t["ratio_n"] > 0
-        kl_mean = t["kl_sum"] / t["action_tokens"] if self.ref is not None else float("nan")
+        kl_mean = t["kl"] if self.ref is not None else float("nan")  # the weights sum to 1 over the step
         return {
             "step": step + 1,
             "epoch": self.plan.epoch_of(step),

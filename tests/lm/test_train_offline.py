@@ -85,6 +85,15 @@ def slow_action_logprob(model_dir: Path, context: str, action: str) -> float:
     return float(sum(logp[p - 1, full[p]] for p in range(len(ctx), len(full))))
 
 
+def slow_token_logprobs(model, tok, context: str, action: str) -> torch.Tensor:
+    """log π of each action token with a full-logits forward of one sequence (the slow twin)."""
+    ctx = tok(context, add_special_tokens=False)["input_ids"]
+    full = tok(context + action, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([full])).logits.float(), dim=-1)[0]
+    return torch.stack([logp[p - 1, full[p]] for p in range(len(ctx), len(full))])
+
+
 def run(args: list[str]):
     """`gaca train-offline ARGS`, on the CPU unless ARGS name a device (also on a machine with a
     GPU: these tests compare numbers at CPU precision; tests/lm/test_cuda.py trains on the GPU)."""
@@ -788,6 +797,36 @@ def test_steps_longer_than_learned_positions(tmp_path):
     assert "(t0, 0)" not in res.stderr
     res = run([log, "--model", short, "--loss", "pg", "--max-length", "64", "-o", tmp_path / "out", "--json"])
     assert res.exit_code == 0, res.output
+
+
+def test_the_kl_reported_is_the_one_minimised_under_seq_mean(tiny_llama, tmp_path):
+    """--aggregation seq-mean with --kl-coef: the KL in metrics.jsonl at step 2 is k3 averaged
+    per step then over steps (as the objective weighs it), against the slow twin on the model
+    after step 1 and the starting model; loss = policy loss + β·KL."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rows = many_rows()
+    log = write_log(tmp_path / "log.parquet", rows)
+    out = tmp_path / "out"
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--kl-coef", "0.5", "--aggregation", "seq-mean"]
+    args += ["--max-steps", "2", "--batch-size", "100", "--lr", "1e-2", "--warmup-ratio", "0", "--save-every", "1"]
+    assert run([*args, "-o", out]).exit_code == 0
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    start = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    after_one = AutoModelForCausalLM.from_pretrained(tiny_llama).eval()
+    after_one.load_state_dict(load_file(out / "checkpoints" / "step-00000001" / "model.safetensors"), strict=False)
+    per_step = []
+    for r in rows:
+        if r["advantage"] == 0:  # no policy loss: skipped, no KL either
+            continue
+        delta = slow_token_logprobs(start, tok, r["prompt"], r["action"]) - slow_token_logprobs(
+            after_one, tok, r["prompt"], r["action"]
+        )
+        per_step.append(float((torch.exp(delta) - delta - 1).mean()))
+    assert metrics[1]["kl"] == pytest.approx(np.mean(per_step), rel=1e-3) and metrics[1]["kl"] > 1e-4
+    assert metrics[1]["loss"] == pytest.approx(metrics[1]["policy_loss"] + 0.5 * metrics[1]["kl"], rel=1e-9)
 
 
 def test_a_diverging_run_stops_and_saves_no_model(tiny_llama, tmp_path):
