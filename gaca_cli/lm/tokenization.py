@@ -30,6 +30,8 @@ from gaca_cli.log.io import Log, widest_type
 
 #: where a step's tokens came from (StepTokens.source)
 FROM_TOKEN_IDS, FROM_PROMPT, FROM_MESSAGES = 0, 1, 2
+#: the column a step's context came from, by its source, for errors about it
+CONTEXT_COLUMN = {FROM_TOKEN_IDS: C.PROMPT_TOKEN_IDS, FROM_PROMPT: C.PROMPT, FROM_MESSAGES: C.MESSAGES}
 
 _TOKENIZE_BATCH = 256  # texts per tokenizer call (bounds the Python lists it returns)
 
@@ -232,11 +234,12 @@ def tokenize_steps(
     act_arr: list[np.ndarray] = [np.asarray(a, dtype=np.int32) for a in act]
     empty_ctx = np.array([len(c) == 0 and len(a) > 0 for c, a in zip(ctx_arr, act_arr)], dtype=bool)
     if empty_ctx.any():
+        column = CONTEXT_COLUMN[int(source[np.flatnonzero(empty_ctx)[0]])]  # the first such row's
+        hint = "" if column == C.PROMPT_TOKEN_IDS else " (try --add-special-tokens to start with the BOS token)"
         raise _error(
             log,
-            C.PROMPT,
-            "the context has no tokens, so the first action token has nothing to be "
-            "predicted from (try --add-special-tokens to start with the BOS token)",
+            column,
+            f"the context has no tokens, so the first action token has nothing to be predicted from{hint}",
             rows[empty_ctx],
         )
     return StepTokens(context=ctx_arr, action=act_arr, source=source, prefix_mismatch=mismatch)
@@ -268,10 +271,9 @@ def check_positions(
         return
     over = np.flatnonzero(np.asarray(lengths) > limit)
     if len(over):
-        column = {FROM_TOKEN_IDS: C.PROMPT_TOKEN_IDS, FROM_PROMPT: C.PROMPT, FROM_MESSAGES: C.MESSAGES}
         raise _error(
             log,
-            column[int(source[over[0]])],
+            CONTEXT_COLUMN[int(source[over[0]])],
             f"context + action is up to {int(np.max(lengths[over])):,} tokens, longer than the {limit:,} "
             f"positions of the model (learned position embeddings){hint}",
             rows[over],

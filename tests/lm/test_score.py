@@ -336,6 +336,26 @@ def test_empty_action_and_prefix_mismatch(tiny_llama, tmp_path):
     assert not (tmp_path / "strict.parquet").exists()
 
 
+@pytest.mark.parametrize("column", ["prompt", "prompt_token_ids"])
+def test_an_empty_context_names_the_column_it_came_from(tiny_llama, tmp_path, column):
+    """A step whose context has no tokens before a non-empty action: one error naming the
+    column the context was read from (and the BOS hint only where it can help: text)."""
+    rows = make_rows(groups=1, trajs=2, steps=2, duplicate=False, seed=9)
+    _, tok, _, _ = loaded(tiny_llama)
+    if column == "prompt_token_ids":
+        rows = add_token_ids(rows, tok)
+        rows[1]["prompt_token_ids"] = []
+    else:
+        rows[1]["prompt"] = ""
+    log = write_log(tmp_path / "log.parquet", rows, ("messages",))
+    out = tmp_path / "out.parquet"
+    res = runner.invoke(app, ["score", str(log), "--model", str(tiny_llama), "--no-pack", "-o", str(out)])
+    assert res.exit_code == 1, res.output
+    (line,) = res.stderr.strip().splitlines()
+    assert f"column '{column}': the context has no tokens" in line and "(g0/r0, 1)" in line, line
+    assert ("--add-special-tokens" in line) is (column == "prompt") and not out.exists()
+
+
 def test_rerun_replaces_own_columns_and_keeps_the_rest(tiny_llama, tmp_path):
     rows = make_rows(groups=1, trajs=2, steps=2, seed=9)
     log = write_log(tmp_path / "log.parquet", rows, ("messages",))
