@@ -799,6 +799,20 @@ def test_steps_longer_than_learned_positions(tmp_path):
     assert res.exit_code == 0, res.output
 
 
+def test_lora_and_gradient_checkpointing_give_no_deprecation_warning(tiny_llama, tmp_path):
+    """transformers 5.2x renamed gradient checkpointing to activation checkpointing and peft
+    still asks the old name: neither warning is the user's to act on, so none is shown."""
+    log = write_log(tmp_path / "log.parquet", many_rows())
+    args = [log, "--model", tiny_llama, "--loss", "pg", "--max-steps", "1", "--batch-size", "6", *FAST]
+    for i, extra in enumerate(
+        (["--lora-r", "4"], ["--gradient-checkpointing"], ["--lora-r", "4", "--gradient-checkpointing"])
+    ):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert run([*args, *extra, "-o", tmp_path / f"out{i}"]).exit_code == 0
+        assert not [str(w.message) for w in caught if "checkpointing" in str(w.message)], extra
+
+
 def test_the_kl_reported_is_the_one_minimised_under_seq_mean(tiny_llama, tmp_path):
     """--aggregation seq-mean with --kl-coef: the KL in metrics.jsonl at step 2 is k3 averaged
     per step then over steps (as the objective weighs it), against the slow twin on the model
