@@ -901,7 +901,10 @@ class _Trainer:
                 policy = (weight * ell).sum()
                 loss = policy
                 if self.ref is not None:
-                    ref = torch.from_numpy(np.concatenate([self.ref[i] for i in members])).to(self.device)
+                    if step == 0:  # π_θ is π_ref before any update: δ = 0 exactly, whatever the micro-batch
+                        ref = logp.detach()  # (the precomputed π_ref, from other shapes, differs by ~1e-7)
+                    else:
+                        ref = torch.from_numpy(np.concatenate([self.ref[i] for i in members])).to(self.device)
                     kl = kl_k3(logp, ref)
                     weighted_kl = (weight * kl).sum()  # aggregated as the policy loss is (token- or seq-mean)
                     loss = loss + config.kl_coef * weighted_kl

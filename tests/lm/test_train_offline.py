@@ -370,6 +370,29 @@ def test_micro_batching_does_not_change_the_step(tiny_llama, tmp_path):
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
 
 
+def test_micro_batching_does_not_change_the_weights_with_a_kl_penalty(tiny_llama, tmp_path):
+    """With --kl-coef, π_ref is computed once in micro-batches of its own; at the first step
+    π_θ is π_ref, so δ is exactly 0 there (not ~1e-7, which AdamW made a step of ~lr on
+    weights whose true gradient is 0). Two token budgets end at the same weights, to rounding."""
+    rows = many_rows()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama)
+    rng = np.random.default_rng(3)
+    for r in rows:  # μ: any aligned per-token log-probs will do
+        n = len(tok(r["prompt"] + r["action"])["input_ids"]) - len(tok(r["prompt"])["input_ids"])
+        r["behavior_logprobs"] = (-rng.uniform(0.5, 3.0, size=n)).astype(np.float32).tolist()
+    log = write_log(tmp_path / "log.parquet", rows)
+    args = [log, "--model", tiny_llama, "--loss", "ppo", "--kl-coef", "0.5", "--max-steps", "3", "--batch-size", "4"]
+    args += ["--lr", "3e-3", "--seed", "3", *FAST]
+    states = []
+    for budget in ("8192", "16"):
+        assert run([*args, "--max-batch-tokens", budget, "-o", tmp_path / budget]).exit_code == 0
+        states.append(load_state(tmp_path / budget))
+    a, b = states
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-4
+
+
 def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
     """accelerate keeps one state per process and refuses a second Accelerator with another
     mixed precision. Two runs in one process (bf16, then fp32, then bf16 again) each get the
