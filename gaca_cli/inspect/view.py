@@ -238,7 +238,7 @@ def overview(view: dict) -> RenderableType:
         "distribution",
         style="bold",
         no_wrap=True,
-        min_width=max(len(r[0]) for r in [("distribution",)] + rows_of_numbers),
+        min_width=max(len(label) for label in ["distribution", *(r[0] for r in rows_of_numbers)]),
     )
     for i, name in enumerate(stats):  # a number is never cut: the line grows instead (see print_paged)
         width = max([len(name)] + [cells[i].cell_len for _, cells, _ in rows_of_numbers])
@@ -277,7 +277,10 @@ def overview(view: dict) -> RenderableType:
         # the numbers keep their width (the bars shrink first, then the line grows)
         bars.add_column("step-group size", justify="right", style="bold", no_wrap=True, min_width=15)
         bars.add_column(
-            "steps", justify="right", no_wrap=True, min_width=max(len(f"{n:,}") for n in [10000, *sizes.values()])
+            "steps",
+            justify="right",
+            no_wrap=True,
+            min_width=max([len("steps"), *(len(f"{n:,}") for n in sizes.values())]),
         )
         bars.add_column("", justify="right", no_wrap=True, min_width=4)
         bars.add_column("", no_wrap=True)

@@ -28,6 +28,7 @@ import math
 import os
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
@@ -43,7 +44,7 @@ from gaca_cli.advantages.config import inactive_because
 from gaca_cli.errors import GacaError
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import advantage_problem, prepare_log, rows_text
+from gaca_cli.log.checks import output_column_problem, prepare_log, rows_text
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import Log, missing_dirs, remove_empty
@@ -121,8 +122,8 @@ def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
 
 def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
     """float64 [N] advantages in canonical order; a GacaError names null or non-finite rows
-    (`checks.advantage_problem`, which `gaca validate --for train-offline` runs too)."""
-    problem = advantage_problem(log)
+    (`checks.output_column_problem`, which `gaca validate --for train-offline` runs too)."""
+    problem = output_column_problem(log)
     if problem is not None:
         raise problem
     return plain(log.table.column(C.ADVANTAGE)).cast(pa.float64()).to_numpy(zero_copy_only=False)[index.order]
@@ -131,8 +132,6 @@ def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
 def _warn_other_temperature(log: Log, config: TrainConfig) -> None:
     """A warning when `token_logprobs` were scored at another -T (the file's gaca.score
     metadata) than this run divides the logits by: π/μ would compare two temperatures."""
-    import warnings
-
     try:
         scored = json.loads(log.metadata.get(C.META_SCORE, "{}")).get("temperature")
     except (ValueError, AttributeError):

@@ -297,7 +297,7 @@ def _index(  # noqa: PLR0913
     )
 
 
-def advantage_problem(log: Log, column: str = C.ADVANTAGE) -> GacaError | None:
+def output_column_problem(log: Log, column: str = C.ADVANTAGE) -> GacaError | None:
     """What train-offline and inspect refuse in the `advantage` column (read), and inspect in
     the other numeric columns `gaca advantages` writes: a type that is not a number, nulls, NaN
     or ±inf, and a `gaca_weight` outside [0, 1]; None when every row has a usable value."""
@@ -365,12 +365,12 @@ def inspect_log(
     bad, fatal = _column_checks(log, out)
     _needs_checks(log, command, out)
     if command == "train-offline" and C.ADVANTAGE in log.table.column_names:
-        problem = advantage_problem(log)
+        problem = output_column_problem(log)
         if problem is not None:
             out.violations.append(problem)
     if command == "inspect":
         for name in INSPECTED_OUTPUTS:
-            if name in log.table.column_names and (problem := advantage_problem(log, name)) is not None:
+            if name in log.table.column_names and (problem := output_column_problem(log, name)) is not None:
                 out.violations.append(problem)
     if fatal:  # a required column is missing, unusable or null: nothing else can be checked
         return out

@@ -73,7 +73,7 @@ HISTORY = "history.jsonl"
 
 #: the trajectory-level fields kept in `extra` (JSON text in the Parquet files, objects in JSONL)
 KEPT = ("metrics", "metadata", "tools", "logs", "group_metadata", "group_metrics", "group_logs")
-#: the Parquet columns read above; any other is kept as it is (`_others`)
+#: the Parquet columns read above; any other is kept as it is (in `_read_parquet`)
 READ_COLUMNS = frozenset({"group_index", "reward", "messages", *KEPT})
 #: the columns the rows get: a source column of one of these names is kept as source_<name>
 WRITTEN = SCHEMA_COLUMNS | {"group_index", "split", "training_step", "trainable", "finish_reason"}
