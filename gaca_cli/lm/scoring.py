@@ -821,9 +821,20 @@ def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None], Agree
 
     import torch
     import torch.distributed as dist
+    import torch.distributed.nn  # noqa: F401  (see below)
+
+    # gloo's worker threads let go of a collective's tensors a moment after the call returns.
+    # Were that the last reference, the thread would take the GIL to free the Python object,
+    # and during interpreter shutdown that aborts the process ("terminate called without an
+    # active exception", seen on rank 1, which exits first). The tensors are therefore kept
+    # here until the process group is gone, and it does go: torch.distributed.nn, which
+    # transformers imports while loading a model, keeps the group it finds at import in
+    # default arguments, so it is imported above, before there is one.
+    sent: list[torch.Tensor] = []
 
     def agree(values: list[int], op: str = "max") -> list[int]:
         t = torch.tensor(values, dtype=torch.int64)
+        sent.append(t)
         dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
         return [int(x) for x in t.tolist()]
 
@@ -835,7 +846,8 @@ def distributed_from_env() -> Iterator[tuple[int, int, Callable[[], None], Agree
         yield dist.get_rank(), dist.get_world_size(), dist.barrier, agree
     finally:
         if made_here:
-            dist.destroy_process_group()
+            dist.destroy_process_group()  # joins gloo's threads
+            sent.clear()
 
 
 def run_score(
