@@ -121,9 +121,10 @@ def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
 
 
 def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
-    """float64 [N] advantages in canonical order; a GacaError names null or non-finite rows
-    (`checks.output_column_problem`, which `gaca validate --for train-offline` runs too)."""
-    problem = output_column_problem(log)
+    """float64 [N] advantages in canonical order; a GacaError names null, non-finite or
+    beyond-float32 rows (`checks.output_column_problem`, which `gaca validate --for
+    train-offline` runs too)."""
+    problem = output_column_problem(log, float32=True)
     if problem is not None:
         raise problem
     return plain(log.table.column(C.ADVANTAGE)).cast(pa.float64()).to_numpy(zero_copy_only=False)[index.order]

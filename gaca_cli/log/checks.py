@@ -297,10 +297,11 @@ def _index(  # noqa: PLR0913
     )
 
 
-def output_column_problem(log: Log, column: str = C.ADVANTAGE) -> GacaError | None:
+def output_column_problem(log: Log, column: str = C.ADVANTAGE, float32: bool = False) -> GacaError | None:
     """What train-offline and inspect refuse in the `advantage` column (read), and inspect in
     the other numeric columns `gaca advantages` writes: a type that is not a number, nulls, NaN
-    or ±inf, and a `gaca_weight` outside [0, 1]; None when every row has a usable value."""
+    or ±inf, a `gaca_weight` outside [0, 1], and with `float32` (train-offline, whose losses
+    are float32) a value float32 would turn into ±inf; None when every row has a usable value."""
     col = plain(log.table.column(column))
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
         return _violation(
@@ -315,6 +316,10 @@ def output_column_problem(log: Log, column: str = C.ADVANTAGE) -> GacaError | No
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
         return _violation(log, column, "must be finite (no NaN, no ±inf)", bad)
+    if float32 and len(big := np.flatnonzero(np.abs(values) > np.finfo(np.float32).max)):
+        return _violation(
+            log, column, "must fit in float32 (|value| ≤ 3.4e38): train-offline computes its losses in float32", big
+        )
     if column == C.GACA_WEIGHT and len(out := np.flatnonzero((values < 0) | (values > 1))):
         return _violation(log, column, "must be a weight in [0, 1]", out)
     return None
@@ -365,7 +370,7 @@ def inspect_log(
     bad, fatal = _column_checks(log, out)
     _needs_checks(log, command, out)
     if command == "train-offline" and C.ADVANTAGE in log.table.column_names:
-        problem = output_column_problem(log)
+        problem = output_column_problem(log, float32=True)
         if problem is not None:
             out.violations.append(problem)
     if command == "inspect":

@@ -706,9 +706,10 @@ def test_compiled_index_matches_numpy(seed, canonical):
         ([0.5, None], None, "must not be null"),
         ([0.5, float("nan")], None, "must be finite"),
         ([0.5, float("inf")], None, "must be finite"),
+        ([0.5, -1e306], None, "must fit in float32 (|value| ≤ 3.4e38)"),  # finite, inf in the float32 loss
         (["0.5", "1"], {"advantage": pa.string()}, "is not usable here"),
     ],
-    ids=["null", "nan", "inf", "string"],
+    ids=["null", "nan", "inf", "beyond-float32", "string"],
 )
 def test_validate_for_train_offline_refuses_what_train_offline_refuses(tmp_path, tiny_llama, values, types, rule):
     """`validate --for train-offline` applies train-offline's rules for the advantage column:
