@@ -43,7 +43,10 @@ def demo(
     from gaca_cli.cli.progress import ProgressBar
     from gaca_cli.demo.run import run_demo
 
-    with user_errors(), ProgressBar(err_console(), echo_when_hidden=True) as bar:
+    with (
+        user_errors(f"the files written so far are in {config.out}"),
+        ProgressBar(err_console(), echo_when_hidden=True) as bar,
+    ):
         result = run_demo(config, bar.update)
     summary = {
         "out": str(config.out),

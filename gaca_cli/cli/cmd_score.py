@@ -7,7 +7,16 @@ from pathlib import Path
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import JsonOption, MapOption, column_map, err_console, output_path, show_summary, user_errors
+from gaca_cli.cli.common import (
+    JsonOption,
+    MapOption,
+    by_ctrl_c,
+    column_map,
+    err_console,
+    output_path,
+    show_summary,
+    user_errors,
+)
 from gaca_cli.cli.options import ConfigOptions, config_options
 from gaca_cli.lm.score_config import ScoreConfig
 
@@ -53,7 +62,9 @@ def score(
                     agree=agree,
                     progress=ScoreProgress(bar),
                 )
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, SystemError) as exc:
+                if not by_ctrl_c(exc):
+                    raise
                 bar.stop()
                 if rank == 0:
                     from gaca_cli.lm.scoring import work_dir_for

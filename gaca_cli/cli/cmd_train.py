@@ -8,7 +8,16 @@ from pathlib import Path
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import JsonOption, MapOption, check_output, column_map, err_console, show_summary, user_errors
+from gaca_cli.cli.common import (
+    JsonOption,
+    MapOption,
+    by_ctrl_c,
+    check_output,
+    column_map,
+    err_console,
+    show_summary,
+    user_errors,
+)
 from gaca_cli.cli.options import ConfigOptions, config_options
 from gaca_cli.lm.train_config import TrainConfig
 
@@ -60,7 +69,9 @@ def train_offline(
         with ProgressBar(err_console(), enabled=os.environ.get("RANK", "0") == "0") as bar:
             try:
                 result = train(log, config, output, resume=resume, on_event=train_event(bar))
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, SystemError) as exc:
+                if not by_ctrl_c(exc):
+                    raise
                 bar.stop()
                 typer.echo(f"interrupted; continue with the same command and --resume ({output})", err=True)
                 raise typer.Exit(130) from None

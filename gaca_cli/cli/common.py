@@ -31,14 +31,33 @@ def err_console():
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn data/model errors into one `Error:` line and exit status 1. Any other exception
-    is a bug and keeps its traceback."""
+def user_errors(interrupted: str = "nothing was written") -> Iterator[None]:
+    """Turn data/model errors into one `Error:` line and exit status 1, and a Ctrl-C into one
+    line saying what is kept (`interrupted`) and exit status 130. Any other exception is a
+    bug and keeps its traceback."""
     try:
         yield
     except GacaError as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
+    except (KeyboardInterrupt, SystemError) as exc:
+        if not by_ctrl_c(exc):
+            raise
+        typer.echo(f"interrupted; {interrupted}", err=True)
+        raise typer.Exit(130) from None
+
+
+def by_ctrl_c(exc: BaseException) -> bool:
+    """A Ctrl-C, or an error it caused: one that lands while numba loads a compiled kernel
+    comes out as a SystemError raised from the KeyboardInterrupt."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def column_map(items: Sequence[str]) -> dict[str, str]:

@@ -186,6 +186,58 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_quietly():
     assert done.returncode == 130 and done.stderr == "", done.stderr
 
 
+INTERRUPT_ADVANTAGES = """
+import sys
+import gaca_cli.advantages.run as run
+
+how = sys.argv.pop()
+
+
+def interrupted(*args, **kwargs):
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt as exc:
+        if how == "ctrl-c":
+            raise
+        if how == "ctrl-c-in-numba":  # what numba raises when a Ctrl-C lands while it loads a kernel
+            raise SystemError("CPUDispatcher(...) returned a result with an exception set") from exc
+    raise SystemError("a bug")
+
+run.compute_advantages = interrupted
+sys.argv[:1] = ["gaca"]
+from gaca_cli.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    "how,status,stderr",
+    [
+        ("ctrl-c", 130, "interrupted; nothing was written\n"),
+        ("ctrl-c-in-numba", 130, "interrupted; nothing was written\n"),
+        ("bug", 3, "gaca: an unexpected error"),
+    ],
+)
+def test_ctrl_c_during_a_command_is_one_line_and_status_130(tmp_path, how, status, stderr):
+    """A Ctrl-C while advantages computes: one line saying nothing was written, exit 130,
+    no output. numba turns one that lands while it loads a compiled kernel into a SystemError
+    raised from the KeyboardInterrupt: that is a Ctrl-C too (it was a traceback and exit 3),
+    while another SystemError stays a bug."""
+    from tests.conftest import EXAMPLE_LOG
+
+    out = tmp_path / "out.parquet"
+    argv = ["advantages", str(EXAMPLE_LOG), "-o", str(out), how]
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_ADVANTAGES, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == status, done.stderr
+    if status == 130:
+        assert done.stderr == stderr
+    else:
+        assert stderr in done.stderr and "Traceback" in done.stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_ctrl_c_after_the_command_finished_is_ignored(tmp_path):
     """A Ctrl-C while the interpreter shuts down (libraries' finalizers, after the output is
     in place) neither prints a traceback nor changes the exit status."""
