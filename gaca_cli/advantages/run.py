@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -96,14 +96,25 @@ def nll_values(log: Log, name: str) -> np.ndarray:
     return u
 
 
+def nll_source(names: Collection[str], nll_reduce: str) -> str | None:
+    """The column gaca reads u_t from, among the columns `names`: the NLL column of
+    `nll_reduce`, else `behavior_logprobs` when the log has no NLL column; None if neither."""
+    wanted = C.NLL_MEAN if nll_reduce == "mean" else C.NLL_SUM
+    if wanted in names:
+        return wanted
+    if C.NLL_MEAN not in names and C.NLL_SUM not in names and C.BEHAVIOR_LOGPROBS in names:
+        return C.BEHAVIOR_LOGPROBS
+    return None
+
+
 def criticality(log: Log, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
     """u_t per row, in file order (NaN = no action tokens), and the column it came from."""
     table = log.table
     wanted = C.NLL_MEAN if config.nll_reduce == "mean" else C.NLL_SUM
-    if wanted in table.column_names:
+    source = nll_source(table.column_names, config.nll_reduce)
+    if source == wanted:
         return nll_values(log, wanted), wanted
-    has_nll = C.NLL_MEAN in table.column_names or C.NLL_SUM in table.column_names
-    if not has_nll and C.BEHAVIOR_LOGPROBS in table.column_names:
+    if source == C.BEHAVIOR_LOGPROBS:
         lists = plain(table.column(C.BEHAVIOR_LOGPROBS))
         n = len(lists)
         lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -40,6 +40,7 @@ from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.io import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
+from gaca_cli.log.schema import COMMAND_NEEDS
 
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step
 N_BINS = 24  # bins of every histogram
@@ -579,6 +580,27 @@ def overview(a: AnnotatedLog) -> dict:
         "share": float(critical.mean()),
     }
     out["example_ids"] = {"traj": a.traj_ids[0], "group": a.group_ids[0]}
+    out["comparable_methods"] = comparable_methods(a)
+    return out
+
+
+def comparable_methods(a: AnnotatedLog) -> list[str]:
+    """The methods `--compare` can recompute from this file's columns, with the parameters it
+    records: grpo always, gigpo and gaca with an anchor column, gaca with an NLL it reads."""
+    from gaca_cli.advantages.run import nll_source
+
+    names = set(a.log.file_schema.names)
+    out = []
+    for m in METHODS:
+        if not all(names.intersection(alternatives) for alternatives in COMMAND_NEEDS[f"advantages:{m}"]):
+            continue
+        try:
+            config = _config_for(a, m)
+        except GacaError:
+            continue
+        if m == "gaca" and nll_source(names, config.nll_reduce) is None:
+            continue
+        out.append(m)
     return out
 
 

@@ -306,8 +306,10 @@ def overview(view: dict) -> RenderableType:
     hint = Text(style="dim")
     hint.append(
         f"\nmore: --traj {shlex.quote(str(ex['traj']))}  ·  --group {shlex.quote(str(ex['group']))}  ·  "
-        f"--top 10 --by {by}  ·  --compare grpo,gigpo,gaca"
+        f"--top 10 --by {by}"
     )
+    if len(comparable := view["comparable_methods"]) > 1:  # one method has nothing to compare with
+        hint.append(f"  ·  --compare {','.join(comparable)}")
     parts.append(hint)
     return Group(*parts)
 

@@ -356,3 +356,34 @@ def test_a_figure_that_cannot_be_written_names_plot(annotated, tmp_path):
     result = CliRunner().invoke(app, ["inspect", annotated, "--plot", str(tmp_path / "figure"), "--no-pager"])
     assert result.exit_code == 0 and f"wrote {tmp_path / 'figure.png'}" in result.stderr
     assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "drop,suggested",
+    [
+        ((), "grpo,gigpo,gaca"),
+        (("behavior_logprobs",), "grpo,gigpo"),  # no NLL: gaca cannot be recomputed
+        (("anchor_obs",), None),  # grpo alone: nothing to compare with
+    ],
+    ids=["all", "no-nll", "no-anchors"],
+)
+def test_the_overview_suggests_only_a_compare_that_runs(tmp_path, drop, suggested):
+    """The overview's closing hint names --compare with the methods this file's columns allow,
+    and the suggestion runs (it used to offer grpo,gigpo,gaca on a log without anchors, which
+    then failed: 'advantages --method gigpo needs a column anchor_key or anchor_obs')."""
+    log = tmp_path / "log.parquet"
+    pq.write_table(pq.read_table(EXAMPLE_LOG).drop_columns(list(drop)), log)
+    out = tmp_path / "grpo.parquet"
+    assert CliRunner().invoke(app, ["advantages", str(log), "-m", "grpo", "-o", str(out)]).exit_code == 0
+    overview = invoke(str(out))
+    assert overview.exit_code == 0, overview.output
+    hint = " ".join(overview.stdout.split()[-12:])
+    assert json.loads(invoke(str(out), "--json").stdout)["comparable_methods"] == (
+        suggested.split(",") if suggested else ["grpo"]
+    )
+    if suggested is None:
+        assert "--compare" not in hint, hint
+        return
+    assert hint.endswith(f"--compare {suggested}"), hint
+    compared = invoke(str(out), "--compare", suggested)
+    assert compared.exit_code == 0, compared.output
