@@ -37,13 +37,19 @@ def main() -> None:
     """The `gaca` executable: warnings as one `Warning:` line each on stderr, and an unexpected
     exception keeps its traceback but exits with its own status, so a script can tell a bug
     from bad data (exit 1)."""
+    import sys
     import warnings
 
+    from gaca_cli.cli.common import is_interruption, remember_ctrl_c
+
     warnings.formatwarning = _warning_line
+    remember_ctrl_c()
     try:
         app()
-    except Exception:  # typer/click turn usage errors and Error lines into SystemExit before this
-        import sys
+    except Exception as exc:  # typer/click turn usage errors and Error lines into SystemExit before this
+        if is_interruption(exc):  # outside a command's own handling (user_errors)
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         import traceback
 
         traceback.print_exc()

@@ -10,9 +10,9 @@ from gaca_cli.cli.app import app
 from gaca_cli.cli.common import (
     JsonOption,
     MapOption,
-    by_ctrl_c,
     column_map,
     err_console,
+    is_interruption,
     output_path,
     show_summary,
     user_errors,
@@ -62,8 +62,8 @@ def score(
                     agree=agree,
                     progress=ScoreProgress(bar),
                 )
-            except (KeyboardInterrupt, SystemError) as exc:
-                if not by_ctrl_c(exc):
+            except (KeyboardInterrupt, Exception) as exc:
+                if not is_interruption(exc):
                     raise
                 bar.stop()
                 if rank == 0:

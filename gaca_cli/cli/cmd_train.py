@@ -11,10 +11,10 @@ from gaca_cli.cli.app import app
 from gaca_cli.cli.common import (
     JsonOption,
     MapOption,
-    by_ctrl_c,
     check_output,
     column_map,
     err_console,
+    is_interruption,
     show_summary,
     user_errors,
 )
@@ -69,8 +69,8 @@ def train_offline(
         with ProgressBar(err_console(), enabled=os.environ.get("RANK", "0") == "0") as bar:
             try:
                 result = train(log, config, output, resume=resume, on_event=train_event(bar))
-            except (KeyboardInterrupt, SystemError) as exc:
-                if not by_ctrl_c(exc):
+            except (KeyboardInterrupt, Exception) as exc:
+                if not is_interruption(exc):
                     raise
                 bar.stop()
                 typer.echo(f"interrupted; continue with the same command and --resume ({output})", err=True)

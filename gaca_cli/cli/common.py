@@ -40,16 +40,54 @@ def user_errors(interrupted: str = "nothing was written") -> Iterator[None]:
     except GacaError as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(1) from None
-    except (KeyboardInterrupt, SystemError) as exc:
-        if not by_ctrl_c(exc):
+    except (KeyboardInterrupt, Exception) as exc:
+        if not is_interruption(exc):
             raise
         typer.echo(f"interrupted; {interrupted}", err=True)
         raise typer.Exit(130) from None
 
 
-def by_ctrl_c(exc: BaseException) -> bool:
+#: what a command raises on purpose to end with a status or a usage error
+_OUR_EXITS = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
+_ctrl_c_seen = False
+
+
+def remember_ctrl_c() -> None:
+    """From here on a Ctrl-C is remembered as well as raised. Libraries can swallow the
+    KeyboardInterrupt: one that lands in llvmlite's ctypes callback while numba compiles or
+    loads a kernel is printed as "Exception ignored" and dropped, and numba then fails with an
+    error of its own ("no compiled object yet"). So an exception after a Ctrl-C counts as the
+    interruption (`is_interruption`), and the dropped KeyboardInterrupt is not printed. A process
+    started with Ctrl-C ignored (a shell's background job) keeps ignoring it."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def on_ctrl_c(signum, frame):
+        global _ctrl_c_seen
+        _ctrl_c_seen = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    print_unraisable = sys.unraisablehook
+
+    def unraisable(info) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            print_unraisable(info)
+
+    sys.unraisablehook = unraisable
+
+
+def is_interruption(exc: BaseException) -> bool:
     """A Ctrl-C, or an error it caused: one that lands while numba loads a compiled kernel
-    comes out as a SystemError raised from the KeyboardInterrupt."""
+    comes out as a SystemError raised from the KeyboardInterrupt, and after one that a
+    library swallowed (see `remember_ctrl_c`) any error counts. Not the exits a command
+    raises on purpose (typer.Exit(130) after its own message, usage errors)."""
+    if isinstance(exc, _OUR_EXITS):
+        return False
+    if _ctrl_c_seen:
+        return True
     seen: set[int] = set()
     cause: BaseException | None = exc
     while cause is not None and id(cause) not in seen:

@@ -187,13 +187,24 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_quietly():
 
 
 INTERRUPT_ADVANTAGES = """
-import sys
+import ctypes, os, signal, sys, time
 import gaca_cli.advantages.run as run
 
 how = sys.argv.pop()
+# Ctrl-C on, as in a terminal (a shell's background job starts Python with SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@ctypes.CFUNCTYPE(None)
+def llvmlite_callback():  # ctypes prints an exception raised here and drops it
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(1)
 
 
 def interrupted(*args, **kwargs):
+    if how == "ctrl-c-swallowed":  # as in llvmlite's object-cache callback, while numba compiles
+        llvmlite_callback()
+        raise RuntimeError("no compiled object yet for <Library 'trajectory_index'>")
     try:
         raise KeyboardInterrupt
     except KeyboardInterrupt as exc:
@@ -215,14 +226,16 @@ main()
     [
         ("ctrl-c", 130, "interrupted; nothing was written\n"),
         ("ctrl-c-in-numba", 130, "interrupted; nothing was written\n"),
+        ("ctrl-c-swallowed", 130, "interrupted; nothing was written\n"),
         ("bug", 3, "gaca: an unexpected error"),
     ],
 )
 def test_ctrl_c_during_a_command_is_one_line_and_status_130(tmp_path, how, status, stderr):
     """A Ctrl-C while advantages computes: one line saying nothing was written, exit 130,
     no output. numba turns one that lands while it loads a compiled kernel into a SystemError
-    raised from the KeyboardInterrupt: that is a Ctrl-C too (it was a traceback and exit 3),
-    while another SystemError stays a bug."""
+    raised from the KeyboardInterrupt, and one that lands in llvmlite's ctypes callback while
+    it compiles is printed and dropped, numba then failing on its own: both are a Ctrl-C too
+    (they were tracebacks and exit 3), while a SystemError without a Ctrl-C stays a bug."""
     from tests.conftest import EXAMPLE_LOG
 
     out = tmp_path / "out.parquet"
