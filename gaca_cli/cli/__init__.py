@@ -40,15 +40,22 @@ def main() -> None:
     import sys
     import warnings
 
-    from gaca_cli.cli.common import is_interruption, remember_ctrl_c
+    from gaca_cli.cli.common import is_interruption, remember_ctrl_c, unreported_ctrl_c
 
     warnings.formatwarning = _warning_line
     remember_ctrl_c()
     try:
         app()
-    except Exception as exc:  # typer/click turn usage errors and Error lines into SystemExit before this
-        if is_interruption(exc):  # outside a command's own handling (user_errors)
-            print("interrupted", file=sys.stderr)
+    except SystemExit as exc:
+        # a Ctrl-C outside a command's own handling (while typer parses, or the command's
+        # imports before `user_errors`): typer exits 130 without a word
+        if unreported_ctrl_c() and exc.code == 130:
+            print("interrupted; nothing was written", file=sys.stderr)
+            sys.exit(130)
+        raise
+    except (KeyboardInterrupt, Exception) as exc:  # typer turns usage errors and Error lines into SystemExit
+        if is_interruption(exc):  # before typer's own handling (while it builds the command line)
+            print("interrupted; nothing was written", file=sys.stderr)
             sys.exit(130)
         import traceback
 

@@ -14,6 +14,7 @@ from gaca_cli.cli.common import (
     err_console,
     is_interruption,
     output_path,
+    report_interruption,
     show_summary,
     user_errors,
 )
@@ -66,6 +67,7 @@ def score(
                 if not is_interruption(exc):
                     raise
                 bar.stop()
+                kept = None  # rank 0 says what is kept
                 if rank == 0:
                     from gaca_cli.lm.scoring import work_dir_for
 
@@ -77,7 +79,6 @@ def score(
 
                         discard_dir(parts, out)
                         kept = "no chunk was finished, so nothing is kept"
-                    typer.echo(f"interrupted; {kept}", err=True)
-                raise typer.Exit(130) from None
+                report_interruption(kept)
     if rank == 0:
         show_summary(result.summary, score_summary, as_json=as_json)

@@ -15,6 +15,7 @@ from gaca_cli.cli.common import (
     column_map,
     err_console,
     is_interruption,
+    report_interruption,
     show_summary,
     user_errors,
 )
@@ -73,7 +74,6 @@ def train_offline(
                 if not is_interruption(exc):
                     raise
                 bar.stop()
-                typer.echo(f"interrupted; continue with the same command and --resume ({output})", err=True)
-                raise typer.Exit(130) from None
+                report_interruption(f"continue with the same command and --resume ({output})")
     if result.is_main_process:
         show_summary(result.summary, train_summary, as_json=as_json)

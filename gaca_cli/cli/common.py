@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -43,13 +43,28 @@ def user_errors(interrupted: str = "nothing was written") -> Iterator[None]:
     except (KeyboardInterrupt, Exception) as exc:
         if not is_interruption(exc):
             raise
-        typer.echo(f"interrupted; {interrupted}", err=True)
-        raise typer.Exit(130) from None
+        report_interruption(interrupted)
+
+
+def report_interruption(kept: str | None) -> NoReturn:
+    """Ctrl-C: one line saying what is kept (None: another process says it), exit status 130."""
+    global _ctrl_c_reported
+    if kept is not None:
+        typer.echo(f"interrupted; {kept}", err=True)
+    _ctrl_c_reported = True
+    raise typer.Exit(130)
 
 
 #: what a command raises on purpose to end with a status or a usage error
 _OUR_EXITS = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
 _ctrl_c_seen = False
+_ctrl_c_reported = False
+
+
+def unreported_ctrl_c() -> bool:
+    """A Ctrl-C arrived and no line said so (it landed before or after a command's own
+    handling: typer exits 130 silently, or the Ctrl-C escaped it)."""
+    return _ctrl_c_seen and not _ctrl_c_reported
 
 
 def remember_ctrl_c() -> None:

@@ -201,6 +201,21 @@ def llvmlite_callback():  # ctypes prints an exception raised here and drops it
     time.sleep(1)
 
 
+def ctrl_c(*args, **kwargs):  # a real Ctrl-C, now
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+
+
+if how == "ctrl-c-before-the-command":  # while typer builds the command line
+    import typer.main
+
+    typer.main.get_command = ctrl_c
+if how == "ctrl-c-in-its-imports":  # the command's own imports, before it handles errors
+    import gaca_cli.cli.cmd_advantages as cmd
+
+    cmd.column_map = ctrl_c
+
+
 def interrupted(*args, **kwargs):
     if how == "ctrl-c-swallowed":  # as in llvmlite's object-cache callback, while numba compiles
         llvmlite_callback()
@@ -227,6 +242,8 @@ main()
         ("ctrl-c", 130, "interrupted; nothing was written\n"),
         ("ctrl-c-in-numba", 130, "interrupted; nothing was written\n"),
         ("ctrl-c-swallowed", 130, "interrupted; nothing was written\n"),
+        ("ctrl-c-before-the-command", 130, "interrupted; nothing was written\n"),
+        ("ctrl-c-in-its-imports", 130, "interrupted; nothing was written\n"),
         ("bug", 3, "gaca: an unexpected error"),
     ],
 )
@@ -235,7 +252,9 @@ def test_ctrl_c_during_a_command_is_one_line_and_status_130(tmp_path, how, statu
     no output. numba turns one that lands while it loads a compiled kernel into a SystemError
     raised from the KeyboardInterrupt, and one that lands in llvmlite's ctypes callback while
     it compiles is printed and dropped, numba then failing on its own: both are a Ctrl-C too
-    (they were tracebacks and exit 3), while a SystemError without a Ctrl-C stays a bug."""
+    (they were tracebacks and exit 3), while a SystemError without a Ctrl-C stays a bug. One
+    while typer builds the command line was a traceback, and one in the command's imports
+    before its error handling exited 130 without a word."""
     from tests.conftest import EXAMPLE_LOG
 
     out = tmp_path / "out.parquet"

@@ -341,3 +341,41 @@ def test_validate_from_checks_without_writing(tmp_path):
     assert res.exit_code == 1 and "nll_mean" in json.loads(res.stdout)["violations"][0]["column"]
     bad = write_jsonl(tmp_path / "bad.jsonl", ["{"])
     assert "line 1" in error_line(gaca("validate", "--from", "chat-jsonl", bad))
+
+
+CTRL_C_IN_CLEAN_UP = """
+import os, shutil, signal, sys, time
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C on, as in a terminal
+remove = shutil.rmtree
+
+
+def ctrl_c_then_remove(path, *args, **kwargs):  # a Ctrl-C as the work folder is removed
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)
+    remove(path, *args, **kwargs)
+
+
+shutil.rmtree = ctrl_c_then_remove
+sys.argv[:1] = ["gaca"]
+from gaca_cli.cli import main
+main()
+"""
+
+
+def test_a_ctrl_c_while_the_import_cleans_up_is_ignored(tmp_path):
+    """The output is complete when the import removes its work folder: a Ctrl-C then used to
+    stop the removal half way (the folder stayed beside OUT) and report 'nothing was
+    written' beside a complete OUT. The clean-up now finishes, and so does the import."""
+    import subprocess
+    import sys
+
+    src = write_jsonl(tmp_path / "chats.jsonl", [{"messages": chat("a", "b"), "reward": 1.0}])
+    out = tmp_path / "out" / "log.parquet"
+    argv = ["import", "--from", "chat-jsonl", str(src), "-o", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_IN_CLEAN_UP, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["log.parquet"]
+    assert pq.read_table(out).num_rows == 1

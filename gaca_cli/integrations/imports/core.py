@@ -290,7 +290,7 @@ def run_import(
     GacaError (nothing written); a broken schema rule is returned in `violations` (nothing
     written either)."""
     from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import atomic_path, missing_dirs, read_log, remove_empty, temporary_dir
+    from gaca_cli.log.io import atomic_path, ctrl_c_ignored, missing_dirs, read_log, remove_empty, temporary_dir
 
     if format_name not in FORMATS:
         raise GacaError(f"unknown format {format_name!r}; use one of {', '.join(FORMATS)}")
@@ -341,9 +341,10 @@ def run_import(
             summary["output"] = str(out)
         return ImportResult(summary=summary, violations=violations)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if out is not None and not Path(out).exists():
-            remove_empty(created)
+        with ctrl_c_ignored():  # a Ctrl-C here would leave the work folder half removed
+            shutil.rmtree(tmp, ignore_errors=True)
+            if out is not None and not Path(out).exists():
+                remove_empty(created)
 
 
 def _checked_columns(names: list[str]) -> list[str]:
