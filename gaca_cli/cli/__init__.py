@@ -44,18 +44,18 @@ def main() -> None:
 
     warnings.formatwarning = _warning_line
     remember_ctrl_c()
+    interrupted = "interrupted; nothing was written"  # a Ctrl-C before a command can say more
     try:
         app()
     except SystemExit as exc:
         # a Ctrl-C outside a command's own handling (while typer parses, or the command's
         # imports before `user_errors`): typer exits 130 without a word
-        if unreported_ctrl_c() and exc.code == 130:
-            print("interrupted; nothing was written", file=sys.stderr)
-            sys.exit(130)
+        if exc.code == 130 and unreported_ctrl_c():
+            print(interrupted, file=sys.stderr)
         raise
     except (KeyboardInterrupt, Exception) as exc:  # typer turns usage errors and Error lines into SystemExit
         if is_interruption(exc):  # before typer's own handling (while it builds the command line)
-            print("interrupted; nothing was written", file=sys.stderr)
+            print(interrupted, file=sys.stderr)
             sys.exit(130)
         import traceback
 
