@@ -23,7 +23,7 @@ that measurement alone):
             during the compute phase);
 - numpy, compiled: (with --paths) this tree's library path with GACA_KERNELS=0 (the numpy
             definitions) and =1 (their compiled twins), whatever the log's size: what the
-            row count from which the compiled loops run (gaca_cli/advantages/_compiled.py)
+            row count from which the compiled loops run (gaca_cli/credit/_compiled.py)
             is chosen by.
 
 It first checks that the baseline and the fast code agree on a small log (max abs difference
@@ -106,10 +106,10 @@ def input_nbytes(log_path: str) -> int:
 
 def child_fast(log_path: str, out_path: str, method: str) -> dict:
     """The path `gaca advantages` takes (cli/cmd_advantages.py), phase by phase."""
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.reading import read_for_advantages
-    from gaca_cli.advantages.run import compute_advantages, gc_paused
-    from gaca_cli.advantages.writing import write_annotated
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.reading import read_for_advantages
+    from gaca_cli.credit.run import compute_advantages, gc_paused
+    from gaca_cli.credit.writing import write_annotated
 
     rss0 = _rss_now_bytes()
     config = AdvantagesConfig(method=method)
@@ -132,17 +132,17 @@ def child_held(log_path: str, out_path: str, method: str) -> dict:
     which `read_for_advantages` may leave to the compute phase. Nothing is written."""
     import pyarrow.parquet as pq
 
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.reading import columns_read
-    from gaca_cli.advantages.run import compute_advantages, gc_paused
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.reading import columns_read
+    from gaca_cli.credit.run import compute_advantages, gc_paused
     from gaca_cli.log.io import read_log
 
     try:
-        from gaca_cli.advantages._compiled import warm_up
+        from gaca_cli.credit._compiled import warm_up
 
         warm_up(pq.read_metadata(log_path).num_rows)
     except ImportError:  # before the numpy definitions: the kernels, always
-        from gaca_cli.advantages import _kernels
+        from gaca_cli.credit import _kernels
 
         _kernels.warm_up()
     rss0 = _rss_now_bytes()
@@ -358,8 +358,8 @@ def agreement(rows: int, data_dir: Path) -> list[tuple[str, str, float, bool]]:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.run import compute_advantages
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.run import compute_advantages
     from gaca_cli.log.io import read_log
 
     path = synth.ensure_log(rows, data_dir=data_dir)
@@ -395,10 +395,10 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
     import io
     import pstats
 
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.reading import read_for_advantages
-    from gaca_cli.advantages.run import compute_advantages, gc_paused
-    from gaca_cli.advantages.writing import write_annotated
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.reading import read_for_advantages
+    from gaca_cli.credit.run import compute_advantages, gc_paused
+    from gaca_cli.credit.writing import write_annotated
 
     def phase(prof: cProfile.Profile, phases: dict, name: str, fn, *args):
         """fn(*args) under the profiler; its CPU and wall seconds and the RSS after it in phases[name]."""

@@ -15,7 +15,7 @@ warm disk.
 
 The splice never decodes the columns it copies; those the command did not read (prompts,
 observations) it reads back from the output before renaming it into place, so that a damaged
-page is an error and not a broken output (`check_copied_columns` in gaca_cli/advantages/
+page is an error and not a broken output (`check_copied_columns` in gaca_cli/credit/
 writing.py). `--carried-text` adds such a column (a copy of anchor_obs named `observation`)
 to the log, and the "read-back s" column shows the part of the splice's time that check took.
 
@@ -59,11 +59,11 @@ TARGET_GAIN = 2.0
 def child(log_path: str, out_path: str, method: str) -> dict:
     """Read and compute (untimed), then write once through `write_annotated`; GACA_NO_SPLICE
     in the environment chooses the path."""
-    from gaca_cli.advantages import writing
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.reading import read_for_advantages
-    from gaca_cli.advantages.run import compute_advantages, gc_paused
-    from gaca_cli.advantages.writing import write_annotated
+    from gaca_cli.credit import writing
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.reading import read_for_advantages
+    from gaca_cli.credit.run import compute_advantages, gc_paused
+    from gaca_cli.credit.writing import write_annotated
 
     check = writing.check_copied_columns
     check_s = [0.0]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.cli.app import app
 from gaca_cli.cli.common import JsonOption, MapOption, column_map, output_path, show_summary, user_errors
 from gaca_cli.cli.options import ConfigOptions, config_options
@@ -35,9 +35,9 @@ def advantages(
     config = options.build()
     out = output_path(logs, output, config.method)
     mapping = column_map(column_maps)
-    from gaca_cli.advantages.reading import read_for_advantages
-    from gaca_cli.advantages.run import compute_advantages, gc_paused
-    from gaca_cli.advantages.writing import write_annotated
+    from gaca_cli.credit.reading import read_for_advantages
+    from gaca_cli.credit.run import compute_advantages, gc_paused
+    from gaca_cli.credit.writing import write_annotated
     from gaca_cli.render import advantages_summary
 
     with user_errors(), gc_paused():

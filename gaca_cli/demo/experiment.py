@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gaca_cli.advantages.config import AdvantagesConfig, ConfigError
+from gaca_cli.credit.config import AdvantagesConfig, ConfigError
 from gaca_cli.demo import key_quests as kq
 from gaca_cli.demo.statistics import detectable_effect, mean_ci, seeds_needed
 
@@ -64,7 +64,7 @@ class Method:
 
 def parse_method(text: str) -> Method:
     """ "start", "filtered-bc", an estimator name ("grpo", "gigpo", "gaca") or "gaca:B"."""
-    from gaca_cli.advantages.config import METHODS
+    from gaca_cli.credit.config import METHODS
 
     name, _, beta = text.strip().partition(":")
     if name in (START, FILTERED_BC) and not beta:
@@ -198,9 +198,9 @@ def success_advantages(log: Path, out: Path) -> None:
 
 def estimator_advantages(log: Path, method: Method, config: ExperimentConfig, out: Path) -> None:
     """`gaca advantages LOG --method M [--beta B] --gamma G -o OUT`, in process."""
-    from gaca_cli.advantages.reading import read_for_advantages
-    from gaca_cli.advantages.run import compute_advantages, gc_paused
-    from gaca_cli.advantages.writing import write_annotated
+    from gaca_cli.credit.reading import read_for_advantages
+    from gaca_cli.credit.run import compute_advantages, gc_paused
+    from gaca_cli.credit.writing import write_annotated
 
     assert method.estimator is not None
     options: dict = {"method": method.estimator, "gamma": config.gamma}

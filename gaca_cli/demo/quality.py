@@ -63,8 +63,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from gaca_cli.advantages.config import AdvantagesConfig, ConfigError
-from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.credit.config import AdvantagesConfig, ConfigError
+from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
 from gaca_cli.log.io import Log
 

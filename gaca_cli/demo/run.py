@@ -50,7 +50,7 @@ class DemoConfig:
     games_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        from gaca_cli.advantages.config import METHODS, ConfigError
+        from gaca_cli.credit.config import METHODS, ConfigError
 
         for name in ("games", "rollouts", "max_steps", "bc_steps", "epochs"):
             if getattr(self, name) < 1:

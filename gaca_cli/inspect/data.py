@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gaca_cli.advantages.config import METHODS, AdvantagesConfig
+from gaca_cli.credit.config import METHODS, AdvantagesConfig
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.log import columns as C
@@ -167,7 +167,7 @@ def _method_from_column(log: Log) -> str | None:
 
 def _criticality(log: Log, index: TrajectoryIndex, nll_reduce: str) -> tuple[np.ndarray | None, str | None, str | None]:
     """u_t as gaca reads it (the file's nll_reduce), its source column and its unit."""
-    from gaca_cli.advantages.run import criticality, nll_values
+    from gaca_cli.credit.run import criticality, nll_values
 
     names = set(log.table.column_names)
     preferred = C.NLL_MEAN if nll_reduce == "mean" else C.NLL_SUM
@@ -233,7 +233,7 @@ def annotate(log: Log) -> AnnotatedLog:
     if nll is not None:
         values["nll"] = nll
         if not z_from_file:
-            from gaca_cli.advantages.estimators import standardize_in_scopes
+            from gaca_cli.credit.estimators import standardize_in_scopes
 
             values[C.NLL_Z] = standardize_in_scopes(nll, index.traj, index.n_traj)[0]
     if C.EPISODE_REWARD in table.column_names:
@@ -587,7 +587,7 @@ def overview(a: AnnotatedLog) -> dict:
 def comparable_methods(a: AnnotatedLog) -> list[str]:
     """The methods `--compare` can recompute from this file's columns, with the parameters it
     records: grpo always, gigpo and gaca with an anchor column, gaca with an NLL it reads."""
-    from gaca_cli.advantages.run import nll_source
+    from gaca_cli.credit.run import nll_source
 
     names = set(a.log.file_schema.names)
     out = []
@@ -686,7 +686,7 @@ def _config_for(a: AnnotatedLog, method: str) -> AdvantagesConfig:
 def recompute(a: AnnotatedLog, method: str):
     """`gaca advantages --method METHOD` on the same log with the parameters the file records
     (the defaults where it records none): the estimator's arrays, in canonical order."""
-    from gaca_cli.advantages.run import compute_advantages
+    from gaca_cli.credit.run import compute_advantages
 
     log = _as_recorded(_with_anchors(a.log), a.nll_source)
     return compute_advantages(log, _config_for(a, method)).result_at(a.index.order)

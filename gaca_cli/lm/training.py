@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import __version__
-from gaca_cli.advantages.config import inactive_because
+from gaca_cli.credit.config import inactive_because
 from gaca_cli.errors import GacaError
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C

@@ -2,8 +2,8 @@
 schema and the placement of every row in (trajectory, step) order in one pass each, where the
 numpy code of gaca_cli.log.checks (the definition, and the one that reports offending rows)
 takes several. Chosen by the caller (`prepare_log(..., compiled=True)`: `gaca advantages` on a
-large log, see gaca_cli/advantages/_compiled.py); same conventions as
-gaca_cli.advantages._kernels (cached next to this file, no fastmath)."""
+large log, see gaca_cli/credit/_compiled.py); same conventions as
+gaca_cli.credit._kernels (cached next to this file, no fastmath)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ class Anchors:
     def expect_groups(self, groups: np.ndarray) -> None:
         """The episode group of each file row (int64 [N]), told before `file_hashes`: the pairs
         `equal_rows` will be asked about are each row and the first row of the file with its
-        group and hash (`gaca_cli.advantages.step_groups.hash_codes`). A column held in memory
+        group and hash (`gaca_cli.credit.step_groups.hash_codes`). A column held in memory
         compares any pair at once and ignores it."""
 
     def values(self, rows: np.ndarray) -> pa.Array:
@@ -593,7 +593,7 @@ def anchor_column(names: Collection[str]) -> str | None:
 
 def anchors_of(log: Log, name: str) -> Anchors:
     """The anchor column, built once per log: the anchors a reader left in the log's cache
-    (gaca_cli.advantages.reading leaves large ones on disk, `StreamedAnchors`), else the
+    (gaca_cli.credit.reading leaves large ones on disk, `StreamedAnchors`), else the
     column of the table as a polars Series."""
     anchors = log.cached(("anchors", name), lambda: PolarsAnchors(anchor_series(log.table.column(name))))
     assert isinstance(anchors, Anchors)

@@ -81,7 +81,7 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
     a rule (later checks leave them alone) and whether a required column is unusable.
 
     Types are checked for every column of the files. A column that was not read (a command
-    reads the columns it uses, see `gaca_cli.advantages.run.columns_read`) is still checked for
+    reads the columns it uses, see `gaca_cli.credit.run.columns_read`) is still checked for
     nulls, from the null counts in the files' footers when they have them, else by reading
     that column alone."""
     table = log.table

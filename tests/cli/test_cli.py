@@ -151,7 +151,7 @@ def test_a_bug_exits_3_with_its_traceback_and_data_errors_exit_1(tmp_path):
 
     out = tmp_path / "out.parquet"
     code = (
-        "import sys\nimport gaca_cli.advantages.run as run\n"
+        "import sys\nimport gaca_cli.credit.run as run\n"
         "def broken(*a, **k):\n    raise RuntimeError('a bug in the estimator')\n"
         "run.compute_advantages = broken\n"
         f"sys.argv = ['gaca', 'advantages', {str(EXAMPLE_LOG)!r}, '-o', {str(out)!r}]\n"
@@ -188,7 +188,7 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_quietly():
 
 INTERRUPT_ADVANTAGES = """
 import ctypes, os, signal, sys, time
-import gaca_cli.advantages.run as run
+import gaca_cli.credit.run as run
 
 how = sys.argv.pop()
 # Ctrl-C on, as in a terminal (a shell's background job starts Python with SIGINT ignored)

@@ -133,7 +133,7 @@ def test_named_paths_and_modules_exist(page):
     missing = []
     for name in sorted(set(REPO_PATH.findall(text))):
         name = name.rstrip(".,;:")
-        if "<" in name:  # a pattern such as tests/advantages/golden/<case>.json
+        if "<" in name:  # a pattern such as tests/credit/golden/<case>.json
             continue
         if not glob.glob(str(ROOT / name)):
             missing.append(name)

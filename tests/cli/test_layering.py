@@ -25,7 +25,7 @@ UI = {"rich", "typer", "click"}
 LAYERS = [
     "gaca_cli.errors",
     "gaca_cli.log",
-    "gaca_cli.advantages",
+    "gaca_cli.credit",
     "gaca_cli.lm",
     "gaca_cli.integrations",
     "gaca_cli.inspect",
@@ -33,9 +33,9 @@ LAYERS = [
     "gaca_cli.render",
     "gaca_cli.cli",
 ]
-DATA_LAYERS = ("gaca_cli.log", "gaca_cli.advantages")  # no models, no UI
-MATHS = ("gaca_cli.advantages.estimators", "gaca_cli.advantages._kernels", "gaca_cli.advantages._compiled")
-MATHS_LIBRARIES = {"numpy", "numba"}  # numba compiles the loops of gaca_cli.advantages._kernels
+DATA_LAYERS = ("gaca_cli.log", "gaca_cli.credit")  # no models, no UI
+MATHS = ("gaca_cli.credit.estimators", "gaca_cli.credit._kernels", "gaca_cli.credit._compiled")
+MATHS_LIBRARIES = {"numpy", "numba"}  # numba compiles the loops of gaca_cli.credit._kernels
 PRESENTATION = {"render", "view", "console"}
 
 
@@ -93,7 +93,7 @@ def roots(imports: tuple[tuple[str, bool], ...], *, top_only: bool = False) -> s
 
 def test_the_listing_shows_the_layers():
     subpackages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
-    assert {"log", "advantages", "lm", "inspect", "demo", "integrations", "cli"} <= subpackages
+    assert {"log", "credit", "lm", "inspect", "demo", "integrations", "cli"} <= subpackages
     for layer in LAYERS:
         assert any(name == layer or name.startswith(layer + ".") for name in MODULES), layer
 
@@ -109,7 +109,7 @@ def test_imports_point_downward(name):
 def test_maths_imports_only_numpy_and_stdlib(name):
     imports = imports_of(MODULES[name])
     bad = {r for r in roots(imports) if r not in STDLIB and r not in MATHS_LIBRARIES and r != "gaca_cli"}
-    allowed = ("gaca_cli.advantages", "gaca_cli.log._kernels", "gaca_cli.log.index")
+    allowed = ("gaca_cli.credit", "gaca_cli.log._kernels", "gaca_cli.log.index")
     bad |= {m for m, _ in imports if m.startswith("gaca_cli.") and not m.startswith(allowed)}
     bad -= {"gaca_cli.log"}
     assert not bad, f"{name} imports {sorted(bad)}"

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gaca_cli.advantages.config import AdvantagesConfig, ConfigError
+from gaca_cli.credit.config import AdvantagesConfig, ConfigError
 from gaca_cli.cli import app
 from gaca_cli.cli.options import ConfigOptions, config_options, flag_of, option_fields
 from gaca_cli.demo.run import DemoConfig
@@ -84,8 +84,8 @@ def test_existing_flags_and_short_names_are_kept():
 def test_the_methods_offered_are_the_estimators():
     """The --method choices (and inspect's --compare, demo's --methods) come from config.METHODS,
     which must be the estimator registry's names."""
-    from gaca_cli.advantages.config import METHODS
-    from gaca_cli.advantages.estimators import ESTIMATORS
+    from gaca_cli.credit.config import METHODS
+    from gaca_cli.credit.estimators import ESTIMATORS
 
     assert METHODS == tuple(ESTIMATORS)
 

@@ -62,8 +62,8 @@ def test_a_usage_error_is_found_before_any_data_library_loads():
 def test_inspect_loads_only_the_libraries_it_draws_with(tmp_path):
     """`gaca inspect` reads with pyarrow and draws with rich: polars (used by `--compare` and
     `--plot` to recompute step groups), numba and torch stay unloaded."""
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.run import compute_advantages
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.run import compute_advantages
     from gaca_cli.log.io import read_log, write_parquet_atomic
     from tests.conftest import EXAMPLE_LOG
 
@@ -83,8 +83,8 @@ class Watch(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         found.setdefault(name, threading.current_thread().name)
 sys.meta_path.insert(0, Watch())
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.reading import read_for_advantages
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.reading import read_for_advantages
 assert not {"pandas", "polars"} & set(sys.modules)
 log = read_for_advantages([sys.argv[1]], {}, AdvantagesConfig(method="grpo"))
 [t.join() for t in threading.enumerate() if t.name == "gaca-kernels"]

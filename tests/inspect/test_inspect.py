@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.run import compute_advantages
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect import view as V
 from gaca_cli.inspect.data import (

@@ -21,9 +21,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gaca_cli.advantages.config import AdvantagesConfig, ConfigError  # noqa: E402
-from gaca_cli.advantages.reading import read_for_advantages  # noqa: E402
-from gaca_cli.advantages.run import compute_advantages  # noqa: E402
+from gaca_cli.credit.config import AdvantagesConfig, ConfigError  # noqa: E402
+from gaca_cli.credit.reading import read_for_advantages  # noqa: E402
+from gaca_cli.credit.run import compute_advantages  # noqa: E402
 from gaca_cli.errors import GacaError  # noqa: E402
 from gaca_cli.integrations.verl_agent import compute_gaca_outcome_advantage  # noqa: E402
 from tests.integrations.verl_agent_reference import Batch, gigpo_reference, make_batch  # noqa: E402

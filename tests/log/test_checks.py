@@ -679,7 +679,7 @@ def test_compiled_index_matches_numpy(seed, canonical):
     import numpy as np
 
     from gaca_cli.log.checks import inspect_log
-    from tests.advantages.reference import random_rows, rows_to_table
+    from tests.credit.reference import random_rows, rows_to_table
 
     rows = random_rows(seed, max_groups=5, max_trajs=5, max_steps=6)
     rng = random.Random(seed)

@@ -186,7 +186,7 @@ def test_damaged_anchors_left_on_disk(tmp_path, damaged_file, capfd, monkeypatch
     StreamedAnchors, several batches): its pass over the column verifies every page, so that
     polars, which may panic (issue 17, item 8: DELTA_BYTE_ARRAY) or abort the process on a
     damaged page, only reads the pages again once they are known to be sound."""
-    import gaca_cli.advantages.reading as reading
+    import gaca_cli.credit.reading as reading
     import gaca_cli.log.anchors as anchors
 
     damaged = damaged_file(writer, "anchor_obs", how)

@@ -10,7 +10,7 @@ import pytest
 
 from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.io import Log
-from tests.advantages.reference import random_rows, rows_to_table
+from tests.credit.reference import random_rows, rows_to_table
 
 
 def index_of(seed: int, canonical: bool, shuffle: bool = True):

@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import inspect_log
 from gaca_cli.log.io import Log, read_log

@@ -30,10 +30,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from gaca_cli.advantages.writing import NO_SPLICE_ENV
+from gaca_cli.credit.writing import NO_SPLICE_ENV
 from gaca_cli.log import columns as C
 from gaca_cli.log.io import read_log, stored_arrow_schema
-from tests.advantages.conftest import library_run, outputs_of, record_fallbacks
+from tests.credit.conftest import library_run, outputs_of, record_fallbacks
 
 CODECS = ("snappy", "gzip", "brotli", "zstd", "lz4", "none")
 INFO = pa.struct([("turn", pa.int64()), ("note", pa.string())])

@@ -7,7 +7,7 @@ johnhaofu/verl-agent, whose history holds upstream commit 796ed31; upstream's fu
 what that function returns. It is an adapter, not a second implementation: the batch's rows
 become the rows of an in-memory log, checked by the same code as a log file
 (`gaca_cli.log.checks.prepare_log`), grouped by the same step-group code, and the advantage is
-`gaca_cli.advantages.estimators.gaca`, the code `gaca advantages` runs.
+`gaca_cli.credit.estimators.gaca`, the code `gaca advantages` runs.
 
 How a batch maps onto a log (one row per batch row, in batch order):
 
@@ -38,9 +38,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.estimators import Rollouts, gaca
-from gaca_cli.advantages.run import step_groups
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.estimators import Rollouts, gaca
+from gaca_cli.credit.run import step_groups
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import prepare_log

@@ -13,7 +13,7 @@ jobs; the CPU ratio is the steadier figure):
 
 (the plain path reads every carried column back into memory; at 30k rows both take a blink.)
 
-The fence: only `gaca_cli.advantages.writing.write_annotated` calls `splice_columns`, and it
+The fence: only `gaca_cli.credit.writing.write_annotated` calls `splice_columns`, and it
 falls back to the plain pyarrow write, with a warning that gives the reason, whenever the
 splice refuses its inputs (`SpliceUnsupported`, raised before anything is written);
 `GACA_NO_SPLICE=1` in the environment skips the splice altogether. The tests run both paths

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow.parquet as pq
 
-from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import StreamedAnchors
@@ -103,7 +103,7 @@ def _warm_up(n_rows: int, anchors: bool) -> None:
 
         pa.array(np.zeros(1)).to_numpy()
 
-        from gaca_cli.advantages.run import warm_up_kernels
+        from gaca_cli.credit.run import warm_up_kernels
 
         warm_up_kernels(n_rows)
         if anchors:

@@ -1,6 +1,6 @@
 """The invariants of docs/estimators.md, checked on the fast code.
 
-Seeded random logs (tests/advantages/reference.py:random_rows) with random options, plus Hypothesis for
+Seeded random logs (tests/credit/reference.py:random_rows) with random options, plus Hypothesis for
 the properties that benefit from adversarial inputs (shuffles and renaming, no NaN/inf).
 Where the spec says "changes no value" the check is bit-exact (the implementation sums within
 a group in a canonical order, so this is achievable); where floating-point arithmetic makes
@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gaca_cli.errors import GacaError
-from tests.advantages.reference import random_rows, run_fast, same_partition
+from tests.credit.reference import random_rows, run_fast, same_partition
 
 METHODS = ("grpo", "gigpo", "gaca")
 FLOATS = ("return_to_go", "adv_episode", "adv_step", "nll_z", "gaca_weight", "advantage")

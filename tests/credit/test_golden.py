@@ -1,6 +1,6 @@
 """Golden values on a tiny log, computed by hand, for each method.
 
-The log (tests/advantages/record_golden.py: TINY_LOG), γ = 0.5, ε = 1e-6:
+The log (tests/credit/record_golden.py: TINY_LOG), γ = 0.5, ε = 1e-6:
 
     group  traj  step  reward  anchor  nll_mean   G_t (= r_t + 0.5·G_{t+1})
     A      a1    0     0       start   1.0        0.5
@@ -27,7 +27,7 @@ Step groups (same episode group, same anchor), with their G values:
     C/x     {c1:5}                  singleton → 0 (a different episode group from B/x)
 
 Each test checks the code (a) against the numbers written out here and (b) against the
-recorded tests/advantages/golden/<case>.json (re-record with `python -m tests.advantages.record_golden`).
+recorded tests/credit/golden/<case>.json (re-record with `python -m tests.credit.record_golden`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.advantages.record_golden import CASES, FIELDS, GOLDEN_DIR, TINY_LOG, compute
-from tests.advantages.reference import same_partition
+from tests.credit.record_golden import CASES, FIELDS, GOLDEN_DIR, TINY_LOG, compute
+from tests.credit.reference import same_partition
 
 EPS = 1e-6
 ROWS = [f"{r[1]}/{r[2]}" for r in TINY_LOG]  # "a1/0", ... in log order
@@ -272,7 +272,7 @@ def check(case: str, by_hand: dict):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_golden_files_cover_every_case(case):
-    assert (GOLDEN_DIR / f"{case}.json").is_file(), "run `python -m tests.advantages.record_golden`"
+    assert (GOLDEN_DIR / f"{case}.json").is_file(), "run `python -m tests.credit.record_golden`"
 
 
 def test_cli_writes_the_golden_numbers(tmp_path):
@@ -281,7 +281,7 @@ def test_cli_writes_the_golden_numbers(tmp_path):
     from typer.testing import CliRunner
 
     from gaca_cli.cli import app
-    from tests.advantages.record_golden import tiny_table
+    from tests.credit.record_golden import tiny_table
 
     src, out = tmp_path / "tiny.parquet", tmp_path / "out.parquet"
     pq.write_table(tiny_table(), src)

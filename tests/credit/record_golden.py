@@ -1,10 +1,10 @@
-"""Re-record the golden files of tests/advantages/test_golden.py from the current code.
+"""Re-record the golden files of tests/credit/test_golden.py from the current code.
 
-    python -m tests.advantages.record_golden
+    python -m tests.credit.record_golden
 
-Writes tests/advantages/golden/<case>.json: the tiny log, the parameters, and every column
+Writes tests/credit/golden/<case>.json: the tiny log, the parameters, and every column
 `gaca advantages` adds, as the code computes them now. Re-record only after checking the
-new numbers against the hand arithmetic in tests/advantages/test_golden.py (that test compares the code
+new numbers against the hand arithmetic in tests/credit/test_golden.py (that test compares the code
 with both the files and the hand-computed values).
 """
 
@@ -58,8 +58,8 @@ def compute(params: dict, directory: Path) -> dict[str, list]:
     """The code's output columns for the tiny log, read from a Parquet file like a user's."""
     import pyarrow.parquet as pq
 
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.run import compute_advantages
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.run import compute_advantages
     from gaca_cli.log.io import read_log
 
     path = directory / "tiny.parquet"

@@ -14,7 +14,7 @@ shifted by the group minimum (exact for near-equal values, Sterbenz), the mean o
 values is taken, and the squared deviations are summed in a second pass.
 
 Large logs. A building block that passes over every row first hands a large log to its
-compiled twin (gaca_cli.advantages._kernels, chosen by gaca_cli.advantages._compiled), which
+compiled twin (gaca_cli.credit._kernels, chosen by gaca_cli.credit._compiled), which
 does the same float operations in the same order: the same bits, sooner. The numpy code that
 follows each such hand-over is the definition.
 """
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaca_cli.advantages import _compiled
-from gaca_cli.advantages.config import EPS, Z_STD_FLOOR, AdvantagesConfig
+from gaca_cli.credit import _compiled
+from gaca_cli.credit.config import EPS, Z_STD_FLOOR, AdvantagesConfig
 from gaca_cli.log.index import TrajectoryIndex
 
 

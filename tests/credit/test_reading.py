@@ -10,15 +10,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gaca_cli.advantages import reading
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.reading import read_for_advantages
-from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.credit import reading
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.reading import read_for_advantages
+from gaca_cli.credit.run import compute_advantages
 from gaca_cli.errors import GacaError
 from gaca_cli.log import anchors as anchors_module
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import StreamedAnchors
-from tests.advantages.conftest import (
+from tests.credit.conftest import (
     METHODS,
     assert_same_file_content,
     error_lines,

@@ -1,6 +1,6 @@
 """The slow twin of `gaca advantages`: docs/estimators.md as plain loops.
 
-Written from the spec text alone (not from gaca_cli/advantages/estimators.py), so that the two can be
+Written from the spec text alone (not from gaca_cli/credit/estimators.py), so that the two can be
 compared. Everything is a dict of lists keyed by trajectory or group, every loop is a plain
 Python loop, and group means and deviations use exact rational arithmetic
 (`fractions.Fraction`): a float64 value is an exact rational, so sums, means and deviations
@@ -419,8 +419,8 @@ def run_fast(rows: list[dict], **params):
     Returns (dict of numpy arrays in input row order, AdvantagesRun)."""
     import numpy as np
 
-    from gaca_cli.advantages.config import AdvantagesConfig
-    from gaca_cli.advantages.run import compute_advantages
+    from gaca_cli.credit.config import AdvantagesConfig
+    from gaca_cli.credit.run import compute_advantages
     from gaca_cli.log.io import Log
 
     table = rows_to_table(rows)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaca_cli.advantages import _compiled
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.estimators import Advantages, Rollouts
+from gaca_cli.credit import _compiled
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.estimators import Advantages, Rollouts
 from gaca_cli.log.index import TrajectoryIndex
 
 _SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))

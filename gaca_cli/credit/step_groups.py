@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from gaca_cli.advantages import _compiled
+from gaca_cli.credit import _compiled
 from gaca_cli.log.anchors import Anchors
 from gaca_cli.log.index import TrajectoryIndex
 

@@ -49,7 +49,7 @@ from gaca_cli.log.io import (
 )
 
 if TYPE_CHECKING:
-    from gaca_cli.advantages.run import AdvantagesRun
+    from gaca_cli.credit.run import AdvantagesRun
     from gaca_cli.log.io import Log
 
 

@@ -1,4 +1,4 @@
-"""The fast estimators against their slow twin (tests/advantages/reference.py) on seeded random logs.
+"""The fast estimators against their slow twin (tests/credit/reference.py) on seeded random logs.
 
 Every output column is compared row by row (step_group_id as a partition) within 1e-9 of the
 column's scale. The random logs vary group counts and lengths, repeat anchors within and
@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from tests.advantages.reference import (
+from tests.credit.reference import (
     lcs_length,
     random_rows,
     reference_advantages,
@@ -106,11 +106,11 @@ def test_larger_log_matches_reference(method):
 
 
 def test_reference_reproduces_the_golden_hand_numbers():
-    """The reference itself on the tiny log of tests/advantages/test_golden.py, whose numbers are checked
+    """The reference itself on the tiny log of tests/credit/test_golden.py, whose numbers are checked
     by hand there: the slow twin and the hand arithmetic agree."""
     import json
 
-    from tests.advantages.record_golden import CASES, FIELDS, GOLDEN_DIR, TINY_LOG
+    from tests.credit.record_golden import CASES, FIELDS, GOLDEN_DIR, TINY_LOG
 
     rows = [{k: v for k, v in zip(FIELDS, row)} for row in TINY_LOG]
     for case, params in CASES.items():

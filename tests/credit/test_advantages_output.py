@@ -25,14 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.reading import read_for_advantages
-from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.advantages.writing import NO_SPLICE_ENV
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.reading import read_for_advantages
+from gaca_cli.credit.run import compute_advantages
+from gaca_cli.credit.writing import NO_SPLICE_ENV
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.io import read_log, read_metadata
-from tests.advantages.conftest import (
+from tests.credit.conftest import (
     METHOD_COLUMNS,
     METHODS,
     assert_outputs_bit_identical,
@@ -108,7 +108,7 @@ def test_a_refused_splice_warns_on_stderr(tmp_path, example_table):
     pq.write_table(a, paths[0])
     pq.write_table(b.select(list(reversed(b.column_names))), paths[1])  # another column order: refused
     out = tmp_path / "out.parquet"
-    script = "import sys; from tests.advantages.conftest import library_run; print(library_run(sys.argv[1:3], 'grpo', sys.argv[3]))"
+    script = "import sys; from tests.credit.conftest import library_run; print(library_run(sys.argv[1:3], 'grpo', sys.argv[3]))"
     proc = subprocess.run(
         [sys.executable, "-c", script, *map(str, paths), str(out)], capture_output=True, text=True, cwd=ROOT
     )

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import __version__
-from gaca_cli.advantages import _compiled
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.estimators import ESTIMATORS, Advantages, Rollouts
-from gaca_cli.advantages.step_groups import similarity_key_codes, step_group_codes
-from gaca_cli.advantages.summary import summarize
+from gaca_cli.credit import _compiled
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.estimators import ESTIMATORS, Advantages, Rollouts
+from gaca_cli.credit.step_groups import similarity_key_codes, step_group_codes
+from gaca_cli.credit.summary import summarize
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
@@ -46,7 +46,7 @@ def gc_paused() -> Iterator[None]:
 def warm_up_kernels(n_rows: int) -> None:
     """Load the compiled loops a log of `n_rows` rows will use (numba's start-up, ~0.5 s), so
     that a reader can overlap it with reading the log; nothing for a log the numpy code
-    computes (gaca_cli.advantages._compiled)."""
+    computes (gaca_cli.credit._compiled)."""
     _compiled.warm_up(n_rows)
 
 
@@ -75,7 +75,7 @@ class AdvantagesRun:
     def table(self) -> pa.Table:
         """Every column read (original names; the tool's own earlier columns replaced) plus
         the method's columns."""
-        from gaca_cli.advantages.writing import annotated_table
+        from gaca_cli.credit.writing import annotated_table
 
         return annotated_table(self.log.table, self.log.renamed, self.new_columns, self.log.source)
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from gaca_cli.advantages._compiled import ENV
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.advantages.step_groups import first_appearance_codes, step_group_codes
+from gaca_cli.credit._compiled import ENV
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.run import compute_advantages
+from gaca_cli.credit.step_groups import first_appearance_codes, step_group_codes
 from gaca_cli.log.anchors import PolarsAnchors, anchors_of, initial_anchors_differ
 from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.io import Log
-from tests.advantages.reference import random_rows, reference_advantages, rows_to_table, same_partition
+from tests.credit.reference import random_rows, reference_advantages, rows_to_table, same_partition
 
 
 @dataclass(frozen=True)

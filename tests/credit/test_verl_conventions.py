@@ -2,7 +2,7 @@
 conventions"): each one's effect on small logs worked out by hand, the compiled path agreeing
 with the numpy path bit for bit, and which of them keep results independent of row order.
 
-The tiny log is the golden one (tests/advantages/test_golden.py has its arithmetic):
+The tiny log is the golden one (tests/credit/test_golden.py has its arithmetic):
 R(a1) = 1, R(a2) = 2, R(a3) = 0 in group A; R(b1) = 3, R(b2) = 1 in group B; c1 alone in
 group C with R = 5; γ = 0.5.
 """
@@ -14,10 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from gaca_cli.advantages.config import AdvantagesConfig
-from tests.advantages.record_golden import TINY_LOG, compute
-from tests.advantages.reference import random_rows, rows_to_table, run_fast
-from tests.advantages.test_paths import assert_same_run, run_both
+from gaca_cli.credit.config import AdvantagesConfig
+from tests.credit.record_golden import TINY_LOG, compute
+from tests.credit.reference import random_rows, rows_to_table, run_fast
+from tests.credit.test_paths import assert_same_run, run_both
 
 ROWS = [f"{r[1]}/{r[2]}" for r in TINY_LOG]
 

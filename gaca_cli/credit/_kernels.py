@@ -4,7 +4,7 @@ The numpy code in estimators.py, step_groups.py and summary.py defines every num
 kernel here names the function it stands in for and does the same floating-point operations
 in the same order, so it gives the same bits (numba does not reorder float arithmetic unless
 asked to with fastmath, which is not used here; error_model="numpy" gives IEEE inf/NaN
-instead of ZeroDivisionError). tests/advantages/test_kernels.py compares every kernel with
+instead of ZeroDivisionError). tests/credit/test_kernels.py compares every kernel with
 its numpy definition, bit for bit. What the loops buy: no sort where the numpy code sorts
 (step groups by hash, values ordered within small groups by insertion), no full-array
 temporaries, and walks through `rows` instead of gathers.

@@ -3,8 +3,8 @@
 estimators.py, step_groups.py, summary.py and gaca_cli.log.checks define every number in
 numpy. _kernels.py and gaca_cli.log._kernels redo the passes over every row as compiled
 loops (numba, no fastmath) that do the same float operations in the same order, so both
-paths give the same bits (tests/advantages/test_kernels.py compares them function by
-function, tests/advantages/test_paths.py whole runs). The loops cost numba's start-up, about
+paths give the same bits (tests/credit/test_kernels.py compares them function by
+function, tests/credit/test_paths.py whole runs). The loops cost numba's start-up, about
 half a second to import it and load the cached machine code (overlapped with reading the
 log, on a second core), which a small log never earns back. `python bench/advantages.py
 --paths` times both paths side by side; on 2 cores (gaca, synthetic logs): at 300k rows the
@@ -37,11 +37,11 @@ def wanted(n_rows: int) -> bool:
 
 
 def kernels(n_rows: int) -> ModuleType | None:
-    """The compiled loops (gaca_cli.advantages._kernels, importing numba) when they compute a
+    """The compiled loops (gaca_cli.credit._kernels, importing numba) when they compute a
     log of `n_rows` rows, else None."""
     if not wanted(n_rows):
         return None
-    from gaca_cli.advantages import _kernels
+    from gaca_cli.credit import _kernels
 
     return _kernels
 

@@ -1,4 +1,4 @@
-"""Every compiled loop (gaca_cli/advantages/_kernels.py, gaca_cli/log/_kernels.py) against the
+"""Every compiled loop (gaca_cli/credit/_kernels.py, gaca_cli/log/_kernels.py) against the
 numpy definition it stands in for (estimators.py, step_groups.py, summary.py), bit for bit.
 
 The kernels promise the same floating-point operations in the same order as the numpy code,
@@ -25,10 +25,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gaca_cli.advantages import _kernels as kernels
-from gaca_cli.advantages import estimators, step_groups, summary
-from gaca_cli.advantages._compiled import ENV
-from gaca_cli.advantages.config import EPS, Z_STD_FLOOR
+from gaca_cli.credit import _kernels as kernels
+from gaca_cli.credit import estimators, step_groups, summary
+from gaca_cli.credit._compiled import ENV
+from gaca_cli.credit.config import EPS, Z_STD_FLOOR
 from gaca_cli.log.index import TrajectoryIndex
 from tests.conftest import EXAMPLE_LOG
 
@@ -775,7 +775,7 @@ def test_trajectory_totals(seed):
 def test_gaca_blend_matches_numpy(seed):
     """λ and A in one pass: estimators.gaca_blend, bit for bit (clipping at both bounds,
     singleton step groups, ω = 0, β = 0)."""
-    from gaca_cli.advantages.config import AdvantagesConfig
+    from gaca_cli.credit.config import AdvantagesConfig
 
     rng = np.random.default_rng(seed)
     n = 2000
@@ -815,11 +815,11 @@ def test_warm_up_covers_the_signatures_a_run_uses():
 
     code = f"""
 import functools, numba
-from gaca_cli.advantages import _kernels as K
+from gaca_cli.credit import _kernels as K
 from gaca_cli.log import _kernels as LK
-from gaca_cli.advantages.run import compute_advantages
-from gaca_cli.advantages.reading import read_for_advantages
-from gaca_cli.advantages.config import AdvantagesConfig
+from gaca_cli.credit.run import compute_advantages
+from gaca_cli.credit.reading import read_for_advantages
+from gaca_cli.credit.config import AdvantagesConfig
 K.warm_up()
 kernels = {{(m, n): d for m in (K, LK) for n, d in vars(m).items() if isinstance(d, numba.core.registry.CPUDispatcher)}}
 before = {{k: set(d.signatures) for k, d in kernels.items()}}

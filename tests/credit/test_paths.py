@@ -1,5 +1,5 @@
 """The two ways a run is computed give the same bits: the numpy definitions (small logs) and
-their compiled twins (large logs), chosen by gaca_cli.advantages._compiled and forced here
+their compiled twins (large logs), chosen by gaca_cli.credit._compiled and forced here
 with GACA_KERNELS. test_kernels.py compares them function by function; these tests compare
 whole runs (every output column bit for bit, the summary, the row index), and check that a
 small log is computed without importing numba."""
@@ -15,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gaca_cli.advantages import _compiled
-from gaca_cli.advantages._compiled import ENV
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.run import compute_advantages
+from gaca_cli.credit import _compiled
+from gaca_cli.credit._compiled import ENV
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log.io import Log
-from tests.advantages.reference import random_rows, rows_to_table
+from tests.credit.reference import random_rows, rows_to_table
 from tests.conftest import EXAMPLE_LOG
 
 
@@ -152,8 +152,8 @@ def test_a_small_log_is_computed_without_numba():
     (~0.5 s of start-up that a small log never earns back); a large log's warm-up does."""
     code = f"""
 import sys
-from gaca_cli.advantages.config import AdvantagesConfig
-from gaca_cli.advantages.run import compute_advantages, warm_up_kernels
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.run import compute_advantages, warm_up_kernels
 from gaca_cli.log.io import read_log
 warm_up_kernels(1000)
 for method in ("grpo", "gigpo", "gaca"):
