@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
-from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.cli.app import app
 from gaca_cli.cli.common import JsonOption, MapOption, column_map, output_path, show_summary, user_errors
 from gaca_cli.cli.options import ConfigOptions, config_options
+from gaca_cli.credit.config import AdvantagesConfig
 
 
 @app.command()

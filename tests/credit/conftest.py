@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 import gaca_cli.credit.writing as advantages_module
 import gaca_cli.log._splice as parquet_splice
+from gaca_cli.cli import app
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.reading import read_for_advantages
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.credit.writing import write_annotated
-from gaca_cli.cli import app
 from gaca_cli.log import columns as C
 from gaca_cli.log.io import read_metadata
 

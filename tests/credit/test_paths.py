@@ -20,8 +20,8 @@ from gaca_cli.credit._compiled import ENV
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log.io import Log
-from tests.credit.reference import random_rows, rows_to_table
 from tests.conftest import EXAMPLE_LOG
+from tests.credit.reference import random_rows, rows_to_table
 
 
 def memory_log(table: pa.Table) -> Log:

@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gaca_cli import __version__
-from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.cli import app
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.io import read_log, write_parquet_atomic
