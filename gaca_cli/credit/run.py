@@ -153,8 +153,10 @@ def step_groups(log: Log, index: TrajectoryIndex, config: AdvantagesConfig) -> n
     )
 
 
-def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
-    """Check the log, run the configured estimator, and build the output table."""
+def compute_advantages(log: Log, config: AdvantagesConfig, row_return: np.ndarray | None = None) -> AdvantagesRun:
+    """Check the log, run the configured estimator, and build the output table. `row_return`:
+    R per row (float64 [N], file order) instead of the log's episode_reward; with episode
+    statistics over trajectories, one value per trajectory (`Rollouts.row_return`)."""
     # file order: gathers between the file and the index stay local in memory; nothing in the
     # results depends on it (sums run in value or canonical order)
     compiled = _compiled.wanted(log.table.num_rows)
@@ -164,6 +166,8 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     episode_reward = None
     if C.EPISODE_REWARD in log.table.column_names:
         episode_reward = _floats(log, C.EPISODE_REWARD)[index.rows(index.traj_start)]
+    if row_return is not None:
+        episode_reward = _check_row_return(log, index, row_return, config)
     step_group = u = None
     u_source = None
     if config.method in ("gigpo", "gaca"):
@@ -175,7 +179,12 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
         u, u_source = criticality(log, config)
     # every array per row in the file's order; the index walks each trajectory in step order
     rollouts = Rollouts(
-        index=index, reward=_floats(log, C.REWARD), episode_reward=episode_reward, step_group=step_group, criticality=u
+        index=index,
+        reward=_floats(log, C.REWARD),
+        episode_reward=episode_reward,
+        step_group=step_group,
+        criticality=u,
+        row_return=row_return if config.episode_stats == "steps" else None,
     )
     result = ESTIMATORS[config.method](rollouts, config)
     _check_finite(log, result)
@@ -207,6 +216,28 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     return AdvantagesRun(
         log=log, new_columns=pa.table(new_columns), metadata=metadata, summary=summary, result=result, index=index
     )
+
+
+def _check_row_return(log: Log, index: TrajectoryIndex, row_return: np.ndarray, config: AdvantagesConfig) -> np.ndarray:
+    """R of each trajectory (its first row's) from a return per row, which must be finite and,
+    with episode statistics over trajectories, the same on every row of a trajectory."""
+    from gaca_cli.log.checks import rows_text
+
+    first = row_return[index.rows(index.traj_start)]
+    for bad, rule in (
+        (~np.isfinite(row_return), "must be finite (no NaN, no ±inf)"),
+        (
+            (row_return != first[index.row_traj]) & (config.episode_stats == "trajectories"),
+            "episode statistics over trajectories need one score per trajectory, but the rows of a trajectory "
+            "differ; use episode_stats='steps' (verl-agent's)",
+        ),
+    ):
+        if bad.any():
+            rows = np.flatnonzero(bad)
+            raise GacaError(
+                rule, file=log.source, column=C.EPISODE_REWARD, rows=rows_text(log.table, rows), n_rows=len(rows)
+            )
+    return first
 
 
 def _check_finite(log: Log, result: Advantages) -> None:

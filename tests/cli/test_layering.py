@@ -31,6 +31,8 @@ LAYERS = [
     "gaca_cli.inspect",
     "gaca_cli.demo",
     "gaca_cli.render",
+    "gaca_cli.api",
+    "gaca_cli.ray",
     "gaca_cli.cli",
 ]
 DATA_LAYERS = ("gaca_cli.log", "gaca_cli.credit")  # no models, no UI

@@ -296,7 +296,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ConfigError, match="beta"):
         gaca_on(batch, beta=-1.0)
     with pytest.raises(ConfigError, match="similarity_metric"):
-        gaca_on(batch, similarity_metric="jaro")
+        gaca_on(batch, enable_similarity=True, similarity_metric="jaro")
     with pytest.raises(ValueError, match="old_log_prob"):
         compute_gaca_outcome_advantage(**batch.gigpo_args(), old_log_prob=batch.old_log_prob[:, :3])
     with pytest.raises(ValueError, match="index has"):

@@ -5,15 +5,14 @@
 johnhaofu/verl-agent, whose history holds upstream commit 796ed31; upstream's function returns
 `(scores, scores)`, the fork adds a third value) plus the batch's `old_log_prob`, and returns
 what that function returns. It is an adapter, not a second implementation: the batch's rows
-become the rows of an in-memory log, checked by the same code as a log file
-(`gaca_cli.log.checks.prepare_log`), grouped by the same step-group code, and the advantage is
-`gaca_cli.credit.estimators.gaca`, the code `gaca advantages` runs.
+are handed to `gaca_cli.compute_advantages` (method gaca), the code `gaca advantages` runs,
+checks included.
 
 How a batch maps onto a log (one row per batch row, in batch order):
 
 | log                | from the batch                                                        |
 |--------------------|-----------------------------------------------------------------------|
-| group_id, traj_id  | `index` (verl-agent's `uid`), `traj_index` (`traj_uid`), as text      |
+| group_id, traj_id  | `index` (verl-agent's `uid`), `traj_index` (`traj_uid`), text or int |
 | step_idx           | the row's rank among its trajectory's rows in batch order             |
 | reward, γ = 0      | `step_rewards`: verl-agent hands over G_t already discounted, and     |
 |                    | G_t = r_t + 0·G_{t+1} = r_t exactly                                   |
@@ -34,17 +33,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
-from gaca_cli.credit.config import AdvantagesConfig
-from gaca_cli.credit.estimators import Rollouts, gaca
-from gaca_cli.credit.run import step_groups
 from gaca_cli.errors import GacaError
-from gaca_cli.log import columns as C
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
 
 __all__ = ["compute_gaca_outcome_advantage"]
 
@@ -102,15 +93,31 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     """
     if mode not in NORM_OF_MODE:
         raise ValueError(f"mode = {mode!r} is not valid; use {' | '.join(NORM_OF_MODE)}")
-    config = AdvantagesConfig(
+    from gaca_cli.integrations.arrays import compute_advantages
+
+    n = _check_shapes(token_level_rewards, step_rewards, response_mask, old_log_prob, anchor_obs, index, traj_index)
+    with torch.no_grad():
+        on_response = response_mask.bool()
+        log_prob = torch.where(on_response, old_log_prob, 0.0)  # masked values never count, not even NaN
+        nll = -log_prob.sum(dim=-1, dtype=torch.float64)
+        n_tokens = on_response.sum(dim=-1).to(torch.float64)
+        u = nll / n_tokens if nll_reduce == "mean" else nll
+        u[n_tokens == 0] = float("nan")  # no action tokens: z_t = 0
+        row_score = token_level_rewards.sum(dim=-1)  # verl-agent's episode score, summed in its dtype
+    similarity = {"anchor_similarity": float(similarity_thresh), "similarity_metric": similarity_metric}
+    result = compute_advantages(
+        group_id=index,
+        traj_id=traj_index,
+        step_idx=_steps_in_batch_order(_ids(traj_index)),
+        reward=step_rewards.reshape(n),
+        anchor=_anchors(anchor_obs, enable_similarity),
+        nll=u,
+        episode_reward=row_score,
         method="gaca",
         gamma=0.0,
         norm=NORM_OF_MODE[mode],
         step_weight=float(step_advantage_w),
         episode_stats=episode_stats,
-        anchor_similarity=float(similarity_thresh) if enable_similarity else None,
-        similarity_metric=similarity_metric,
-        similarity_order=similarity_order,
         singleton_groups=singleton_groups,
         epsilon=float(epsilon),
         beta=float(beta),
@@ -118,84 +125,38 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
         nll_reduce=nll_reduce,
         lambda_min=float(lambda_min),
         lambda_max=float(lambda_max),
+        **({**similarity, "similarity_order": similarity_order} if enable_similarity else {}),
     )
-    n = _check_shapes(token_level_rewards, step_rewards, response_mask, old_log_prob, anchor_obs, index, traj_index)
-    with torch.no_grad():
-        row_score = _f64(token_level_rewards.sum(dim=-1))  # verl-agent's episode score, summed in its dtype
-        on_response = response_mask.bool()
-        log_prob = torch.where(on_response, old_log_prob, 0.0)  # masked values never count, not even NaN
-        nll = -_f64(log_prob.sum(dim=-1, dtype=torch.float64))
-        n_tokens = _f64(on_response.sum(dim=-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        u = nll / n_tokens if nll_reduce == "mean" else nll
-    u[n_tokens == 0] = np.nan  # no action tokens: z_t = 0
-    returns_to_go = _f64(step_rewards.reshape(n))
-
-    log = _batch_log(returns_to_go, anchor_obs, index, traj_index, enable_similarity)
-    rows, _ = prepare_log(log, "advantages:gigpo", canonical=False, anchor_warnings=False)
-    first_rows = rows.rows(rows.traj_start)
-    if episode_stats == "trajectories" and not np.array_equal(row_score, row_score[first_rows][rows.row_traj]):
-        raise GacaError(
-            "episode statistics over trajectories need one score per trajectory, but the rows of a trajectory "
-            "have different sums of token_level_rewards; use episode_stats='steps' (verl-agent's)",
-            file=SOURCE,
-            column="token_level_rewards",
-        )
-    rollouts = Rollouts(
-        index=rows,
-        reward=returns_to_go,
-        episode_reward=row_score[first_rows],
-        step_group=step_groups(log, rows, config),
-        criticality=u,
-        row_return=row_score if episode_stats == "steps" else None,
-    )
-    advantage = torch.from_numpy(gaca(rollouts, config).advantage)
-    # verl-agent's A^E (token_level_rewards' dtype) + ω·A^S (step_rewards'): the promoted dtype
-    dtype = torch.promote_types(token_level_rewards.dtype, step_rewards.dtype)
-    advantage = advantage.to(device=token_level_rewards.device, dtype=dtype)
-    scores = advantage.unsqueeze(-1) * on_response
+    scores = result["advantage"].to(token_level_rewards.device).unsqueeze(-1) * on_response
     return scores, scores
 
 
-def _batch_log(returns_to_go: np.ndarray, anchor_obs: Any, index: Any, traj_index: Any, text_needed: bool) -> Log:
-    """The batch as an in-memory log (see the module's table): rows in batch order."""
-    traj = _ids(traj_index, "traj_index")
-    traj_code = pc.dictionary_encode(traj).indices.to_numpy()
-    by_traj = np.argsort(traj_code, kind="stable")  # each trajectory's rows in batch order
-    count = np.bincount(traj_code)
+def _ids(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=object).reshape(-1)
+
+
+def _steps_in_batch_order(traj: np.ndarray) -> np.ndarray:
+    """Each row's rank among its trajectory's rows, in batch order."""
+    _, code = np.unique(traj.astype(str), return_inverse=True)
+    by_traj = np.argsort(code, kind="stable")
+    count = np.bincount(code)
     step = np.empty(len(traj), dtype=np.int64)
     step[by_traj] = np.arange(len(traj), dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
-    columns = {
-        C.GROUP_ID: _ids(index, "index"),
-        C.TRAJ_ID: traj,
-        C.STEP_IDX: pa.array(step),
-        C.REWARD: pa.array(returns_to_go),
-    }
-    anchors = list(np.asarray(anchor_obs, dtype=object).reshape(-1))
-    try:
-        columns[C.ANCHOR_OBS] = pa.array(anchors, pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        if text_needed:
-            raise GacaError(
-                "similarity grouping compares text anchors; anchor_obs holds other values",
-                file=SOURCE,
-                column="anchor_obs",
-            ) from None
-        keys: dict[object, int] = {}  # arrays, numbers, dicts: equal values share a key, as verl-agent groups them
-        columns[C.ANCHOR_KEY] = pa.array([keys.setdefault(_hashable(a), len(keys)) for a in anchors], pa.int64())
-    table = pa.table(columns)
-    return Log(table=table, files=(SOURCE,), file_row_ends=np.array([table.num_rows], dtype=np.int64))
+    return step
 
 
-def _ids(values: Any, name: str) -> pa.Array:
-    """uids as an Arrow column: text (verl-agent's uuids) or integers."""
-    try:
-        ids = pa.array(list(np.asarray(values, dtype=object).reshape(-1)))
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        ids = None
-    if ids is None or not (pa.types.is_string(ids.type) or pa.types.is_integer(ids.type)) or ids.null_count:
-        raise GacaError(f"{name} must hold text or integer ids, none missing", file=SOURCE, column=name)
-    return ids
+def _anchors(anchor_obs: Any, text_needed: bool) -> np.ndarray:
+    """Text anchors as they are; other values (arrays, numbers, dicts) as integer keys, equal
+    values sharing one, as verl-agent groups them."""
+    anchors = _ids(anchor_obs)
+    if all(isinstance(a, str) for a in anchors):
+        return anchors
+    if text_needed:
+        raise GacaError(
+            "similarity grouping compares text anchors; anchor_obs holds other values", file=SOURCE, column="anchor_obs"
+        )
+    keys: dict[object, int] = {}
+    return np.array([keys.setdefault(_hashable(a), len(keys)) for a in anchors], dtype=np.int64)
 
 
 def _hashable(value: Any) -> object:
@@ -210,10 +171,6 @@ def _hashable(value: Any) -> object:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return value
-
-
-def _f64(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().to(device="cpu", dtype=torch.float64).numpy()
 
 
 def _check_shapes(

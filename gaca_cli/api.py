@@ -1,0 +1,229 @@
+"""The library API (`import gaca_cli as gaca`; docs/python-api.md): what the commands do, as calls.
+
+Each function takes the options of its command under their Python names, from the command's
+config dataclass (the one source the command line builds its options from), and raises
+GacaError for bad data, exactly where the command prints its `Error:` line. The commands in
+`gaca_cli.cli` call these functions. torch is imported only where a model is involved, or
+where the caller hands over torch tensors (and so has torch loaded already).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from gaca_cli.credit.config import AdvantagesConfig
+from gaca_cli.credit.run import AdvantagesRun, gc_paused
+from gaca_cli.credit.run import compute_advantages as run_estimator
+from gaca_cli.errors import GacaError
+from gaca_cli.integrations.arrays import compute_advantages, options_config
+from gaca_cli.log import columns as C
+from gaca_cli.log.io import Log, apply_column_map
+
+__all__ = ["GacaError", "advantages", "compute_advantages", "import_logs", "read_log", "score", "validate"]
+
+#: how an in-memory input is named in errors (GacaError.file)
+TABLE_NAMES = {"arrow": "<pyarrow.Table>", "polars": "<polars.DataFrame>", "pandas": "<pandas.DataFrame>"}
+
+
+def _kind(data: Any) -> str:
+    """ "arrow", "polars", "pandas" or "paths"."""
+    if isinstance(data, pa.Table):
+        return "arrow"
+    module = type(data).__module__.split(".")[0]
+    if module in ("polars", "pandas") and type(data).__name__ == "DataFrame":
+        return module
+    if isinstance(data, (str, os.PathLike)) or (
+        isinstance(data, Sequence) and data and all(isinstance(p, (str, os.PathLike)) for p in data)
+    ):
+        return "paths"
+    raise TypeError(f"expected a pyarrow Table, a polars or pandas DataFrame, or paths; got {type(data).__name__}")
+
+
+def _paths(data: Any) -> list[str | os.PathLike]:
+    return [data] if isinstance(data, (str, os.PathLike)) else list(data)
+
+
+def _arrow(data: Any, kind: str) -> pa.Table:
+    if kind == "polars":
+        import polars as pl
+
+        return data.to_arrow(compat_level=pl.CompatLevel.oldest())
+    if kind == "pandas":
+        return pa.Table.from_pandas(data, preserve_index=False)
+    return data
+
+
+def memory_log(table: pa.Table, column_map: Mapping[str, str] | None, name: str) -> Log:
+    """A log held in memory (no file): the table with `column_map` (NEW -> OLD) applied."""
+    from gaca_cli.log.io import _typed_nulls
+
+    if table.num_rows == 0:
+        raise GacaError("the log has no rows", file=name)
+    mapped, renamed = apply_column_map(table.replace_schema_metadata(None), dict(column_map or {}), name)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"gaca.")}
+    rows = np.array([table.num_rows], dtype=np.int64)
+    return Log(table=_typed_nulls(mapped), files=(name,), file_row_ends=rows, metadata=meta, renamed=renamed)
+
+
+def read_log(paths: str | os.PathLike | Sequence[str | os.PathLike], column_map: Mapping[str, str] | None = None):
+    """The log in Parquet files, globs or directories as one pyarrow Table, columns under gaca's
+    names (`column_map`: {gaca's name: the files' name}); page checksums verified."""
+    from gaca_cli.log.io import read_log as read
+
+    return read(_paths(paths), column_map).table
+
+
+def _run(data: Any, kind: str, config: AdvantagesConfig, column_map: Mapping[str, str] | None) -> AdvantagesRun:
+    from gaca_cli.credit.reading import read_for_advantages
+
+    with gc_paused():
+        if kind == "paths":
+            log = read_for_advantages(_paths(data), dict(column_map or {}), config)
+        else:
+            log = memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
+        return run_estimator(log, config)
+
+
+def advantages(data: Any, *, method: str, column_map: Mapping[str, str] | None = None, **options: Any) -> Any:
+    """`gaca advantages` on `data`: a pyarrow Table, a polars or pandas DataFrame, or Parquet
+    paths (files, globs, directories). Returns the same kind (a pyarrow Table for paths): every
+    input column plus the method's columns (those of an earlier run replaced), rows in the
+    input's order, the numbers bit for bit those `gaca advantages` writes. `options` are the
+    command's (`gamma=0.95`, `beta=0.3`, `nll_reduce="sum"`, ...)."""
+    config = options_config(AdvantagesConfig, options, method=method)
+    kind = _kind(data)
+    run = _run(data, kind, config, column_map)
+    if kind == "paths":
+        return annotated(run, _paths(data), column_map)
+    if kind == "arrow":
+        meta = {**(data.schema.metadata or {}), **{k.encode(): v.encode() for k, v in run.metadata.items()}}
+        return run.table.replace_schema_metadata(meta)
+    owned = [run.log.original_name(n) for n in run.log.table.column_names if n in C.ADVANTAGES_OUTPUTS]
+    if kind == "polars":
+        import polars as pl
+
+        return data.drop(owned).hstack(pl.from_arrow(run.new_columns).get_columns())  # type: ignore[union-attr]
+    out = data.drop(columns=owned)
+    for name, column in zip(run.new_columns.column_names, run.new_columns.columns):
+        out[name] = column.to_numpy(zero_copy_only=False)
+    return out
+
+
+def annotated(run: AdvantagesRun, paths: Sequence[str | os.PathLike], column_map: Mapping[str, str] | None) -> pa.Table:
+    """The table `gaca advantages` writes for a run on files: every column of the files."""
+    from gaca_cli.credit.writing import annotated_table, output_metadata, with_stored_time_zones
+    from gaca_cli.log.io import read_log as read
+
+    full = read(paths, column_map) if run.log.partial else run.log
+    if full.table.num_rows != run.new_columns.num_rows:
+        raise GacaError("the input changed while it was being read; run again", file=full.source)
+    table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
+    table = with_stored_time_zones(table, full.files[0])
+    meta = output_metadata(full, run.metadata)
+    return table.replace_schema_metadata({k: v for k, v in meta.items() if k != "ARROW:schema"})
+
+
+def validate(data: Any, *, command: str = "validate", column_map: Mapping[str, str] | None = None) -> list[GacaError]:
+    """Every broken rule of the log schema in `data` (a table, DataFrame or paths), as the
+    GacaErrors `gaca validate` prints (`file`, `column`, `rule`, `rows`, `n_rows`); empty when
+    the log is clean. `command` also checks what a command needs ("advantages:gaca", "score")."""
+    return inspect(data, command, column_map)[1].violations
+
+
+def inspect(data: Any, command: str, column_map: Mapping[str, str] | None):
+    """(the log, its Inspection): what `validate` and `gaca validate` report."""
+    from gaca_cli.log.checks import inspect_log
+    from gaca_cli.log.io import read_log as read
+    from gaca_cli.log.schema import COMMAND_NEEDS
+
+    if command not in COMMAND_NEEDS:
+        raise ValueError(f"command={command!r} is not valid; use one of {', '.join(COMMAND_NEEDS)}")
+    kind = _kind(data)
+    if kind == "paths":
+        log = read(_paths(data), column_map)
+    else:
+        log = memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
+    return log, inspect_log(log, command)
+
+
+def import_logs(
+    format: str,
+    sources: str | os.PathLike | Sequence[str | os.PathLike],
+    *,
+    output: str | os.PathLike | None = None,
+    command: str = "validate",
+    reward_weights: Sequence[float] | None = None,
+    field_map: Mapping[str, str] | None = None,
+) -> pa.Table:
+    """`gaca import --from FORMAT`: a framework's rollout logs as a checked gaca log (a pyarrow
+    Table), also written to `output` when given (atomically; nothing is written when a record
+    does not fit the format or the log breaks a rule: the GacaError is raised)."""
+    import pyarrow.parquet as pq
+
+    from gaca_cli.integrations.imports.base import ImportOptions
+    from gaca_cli.integrations.imports.core import run_import
+
+    options = ImportOptions(reward_weights=None if reward_weights is None else tuple(reward_weights))
+    if field_map:
+        options = ImportOptions(reward_weights=options.reward_weights, field_map=dict(field_map))
+    with tempfile.TemporaryDirectory(prefix="gaca-import-") as tmp:
+        out = Path(output) if output is not None else Path(tmp) / "log.parquet"
+        result = run_import(format, _paths(sources), out, options, command)
+        if result.violations:
+            raise result.violations[0]
+        return pq.read_table(out)
+
+
+def score(
+    data: Any, *, model: Any, tokenizer: Any = None, column_map: Mapping[str, str] | None = None, **options: Any
+) -> Any:
+    """`gaca score`: the NLL of every logged action (nll_sum, nll_mean, n_action_tokens) under
+    `model`, a local directory or hub id, or a transformers causal LM already loaded, with its
+    `tokenizer`. Returns `data`'s kind (a pyarrow Table for paths) with the score columns.
+    `options` are the command's (`temperature`, `context`, `max_batch_tokens`, ...; with a
+    loaded model, not those that load one: dtype, device, revision, trust_remote_code)."""
+    from gaca_cli.lm.score_config import ScoreConfig
+    from gaca_cli.lm.scoring import run_score
+    from gaca_cli.log.io import read_log as read
+
+    loaded = None
+    if not isinstance(model, (str, os.PathLike)):
+        if tokenizer is None:
+            raise TypeError("a loaded model needs its tokenizer: score(data, model=model, tokenizer=tokenizer)")
+        loading = sorted({"dtype", "device", "revision", "trust_remote_code"} & set(options))
+        if loading:
+            raise TypeError(f"option {loading[0]!r} loads a model; the model given is already loaded")
+        loaded = (model, tokenizer, next(model.parameters()).device, next(model.parameters()).dtype)
+        name = getattr(model, "name_or_path", "") or type(model).__name__
+        config = options_config(ScoreConfig, options, model=name)
+    else:
+        config = options_config(ScoreConfig, {**options, "model": str(model)})
+    kind = _kind(data)
+    if kind == "paths":
+        log = read(_paths(data), column_map)
+    else:
+        log = memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
+    training = loaded is not None and loaded[0].training
+    with tempfile.TemporaryDirectory(prefix="gaca-score-") as tmp:
+        try:
+            if loaded is not None:
+                loaded[0].eval()
+            run = run_score(log, config, Path(tmp) / "scored.parquet", loaded=loaded)
+        finally:
+            if training:
+                loaded[0].train()  # type: ignore[index]
+    table = run.table.replace_schema_metadata({k.encode(): v.encode() for k, v in run.metadata.items()})
+    if kind in ("paths", "arrow"):
+        return table
+    if kind == "polars":
+        import polars as pl
+
+        return pl.from_arrow(table)
+    return table.to_pandas()
