@@ -80,7 +80,10 @@ def read_log(paths: str | os.PathLike | Sequence[str | os.PathLike], column_map:
     return read(_paths(paths), column_map).table
 
 
-def _run(data: Any, kind: str, config: AdvantagesConfig, column_map: Mapping[str, str] | None) -> AdvantagesRun:
+def run_advantages(
+    data: Any, kind: str, config: AdvantagesConfig, column_map: Mapping[str, str] | None
+) -> AdvantagesRun:
+    """The run of `advantages` (and of `gaca advantages`, which writes it)."""
     from gaca_cli.credit.reading import read_for_advantages
 
     with gc_paused():
@@ -99,7 +102,7 @@ def advantages(data: Any, *, method: str, column_map: Mapping[str, str] | None =
     command's (`gamma=0.95`, `beta=0.3`, `nll_reduce="sum"`, ...)."""
     config = options_config(AdvantagesConfig, options, method=method)
     kind = _kind(data)
-    run = _run(data, kind, config, column_map)
+    run = run_advantages(data, kind, config, column_map)
     if kind == "paths":
         return annotated(run, _paths(data), column_map)
     if kind == "arrow":

@@ -35,13 +35,12 @@ def advantages(
     config = options.build()
     out = output_path(logs, output, config.method)
     mapping = column_map(column_maps)
-    from gaca_cli.credit.reading import read_for_advantages
-    from gaca_cli.credit.run import compute_advantages, gc_paused
+    from gaca_cli.api import run_advantages
+    from gaca_cli.credit.run import gc_paused
     from gaca_cli.credit.writing import write_annotated
     from gaca_cli.render import advantages_summary
 
     with user_errors(), gc_paused():
-        log = read_for_advantages(logs, mapping, config)
-        run = compute_advantages(log, config)
+        run = run_advantages(logs, "paths", config, mapping)
         write_annotated(run, out, logs, mapping)
     show_summary({"output": str(out), **run.summary}, advantages_summary, as_json=as_json)

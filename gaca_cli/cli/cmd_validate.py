@@ -30,8 +30,7 @@ def validate(
 
     Example: gaca validate logs/ --map group_id=uid --for advantages:gaca
     """
-    from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import read_log
+    from gaca_cli.api import inspect
 
     check_command(command)
     if source_format is not None:
@@ -40,8 +39,7 @@ def validate(
     if reward_weights is not None:
         raise typer.BadParameter("reward weights need --from trl or --from swift", param_hint="'--reward-weights'")
     with user_errors():
-        log = read_log(logs, column_map(column_maps))
-        result = inspect_log(log, command)
+        log, result = inspect(logs, command, column_map(column_maps))
     report = {
         "source": log.source,
         "rows": log.table.num_rows,

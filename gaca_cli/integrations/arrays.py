@@ -129,6 +129,5 @@ def compute_advantages(  # noqa: PLR0913
     if _is_tensor(episode_reward):
         dtype = torch.promote_types(dtype, episode_reward.dtype)
     return {
-        k: torch.tensor(v, device=reward.device, dtype=dtype if v.dtype == np.float64 else None)
-        for k, v in out.items()
+        k: torch.tensor(v, device=reward.device, dtype=dtype if v.dtype == np.float64 else None) for k, v in out.items()
     }

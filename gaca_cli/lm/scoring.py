@@ -459,7 +459,7 @@ def fingerprint(log, index, config: ScoreConfig, world: int, dtype: str) -> dict
     from gaca_cli.lm.models import model_fingerprint
 
     files = []
-    for f in log.files:
+    for f in filter(os.path.isfile, log.files):  # a log held in memory (gaca_cli.score) has none
         st = os.stat(f)
         digest = hashlib.blake2b()
         with open(f, "rb") as handle:  # the bytes, not only size and mtime: an edit in place is caught
