@@ -1,11 +1,7 @@
 """gaca: offline credit assignment (GRPO, GiGPO, GACA) on logged LLM-agent rollouts.
 
-    import gaca_cli as gaca
-    table = gaca.advantages("rollouts.parquet", method="gaca", beta=0.2)
-
-The functions (docs/python-api.md) live in `gaca_cli.api`, imported on first use, so that
-`import gaca_cli` and `gaca --help` stay light.
-"""
+`import gaca_cli as gaca`: the functions of docs/python-api.md, loaded from `gaca_cli.api` on
+first use (so that `gaca --help` stays light)."""
 
 from __future__ import annotations
 

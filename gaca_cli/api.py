@@ -1,11 +1,6 @@
-"""The library API (`import gaca_cli as gaca`; docs/python-api.md): what the commands do, as calls.
-
-Each function takes the options of its command under their Python names, from the command's
-config dataclass (the one source the command line builds its options from), and raises
-GacaError for bad data, exactly where the command prints its `Error:` line. The commands in
-`gaca_cli.cli` call these functions. torch is imported only where a model is involved, or
-where the caller hands over torch tensors (and so has torch loaded already).
-"""
+"""The library API (`import gaca_cli as gaca`; docs/python-api.md): each command as a function,
+its options those of the command's config dataclass, its data errors GacaError. The commands
+in `gaca_cli.cli` call these functions."""
 
 from __future__ import annotations
 
@@ -22,11 +17,10 @@ from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import AdvantagesRun, gc_paused
 from gaca_cli.credit.run import compute_advantages as run_estimator
 from gaca_cli.errors import GacaError
-from gaca_cli.integrations.arrays import compute_advantages, options_config
+from gaca_cli.integrations.arrays import compute_advantages as compute_advantages
+from gaca_cli.integrations.arrays import options_config
 from gaca_cli.log import columns as C
 from gaca_cli.log.io import Log, apply_column_map
-
-__all__ = ["GacaError", "advantages", "compute_advantages", "import_logs", "read_log", "score", "validate"]
 
 #: how an in-memory input is named in errors (GacaError.file)
 TABLE_NAMES = {"arrow": "<pyarrow.Table>", "polars": "<polars.DataFrame>", "pandas": "<pandas.DataFrame>"}
@@ -60,6 +54,14 @@ def _arrow(data: Any, kind: str) -> pa.Table:
     return data
 
 
+def _log(data: Any, kind: str, column_map: Mapping[str, str] | None) -> Log:
+    from gaca_cli.log.io import read_log as read
+
+    if kind == "paths":
+        return read(_paths(data), column_map)
+    return memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
+
+
 def memory_log(table: pa.Table, column_map: Mapping[str, str] | None, name: str) -> Log:
     """A log held in memory (no file): the table with `column_map` (NEW -> OLD) applied."""
     from gaca_cli.log.io import _typed_nulls
@@ -75,9 +77,7 @@ def memory_log(table: pa.Table, column_map: Mapping[str, str] | None, name: str)
 def read_log(paths: str | os.PathLike | Sequence[str | os.PathLike], column_map: Mapping[str, str] | None = None):
     """The log in Parquet files, globs or directories as one pyarrow Table, columns under gaca's
     names (`column_map`: {gaca's name: the files' name}); page checksums verified."""
-    from gaca_cli.log.io import read_log as read
-
-    return read(_paths(paths), column_map).table
+    return _log(paths, "paths", column_map).table
 
 
 def run_advantages(
@@ -87,10 +87,10 @@ def run_advantages(
     from gaca_cli.credit.reading import read_for_advantages
 
     with gc_paused():
-        if kind == "paths":
-            log = read_for_advantages(_paths(data), dict(column_map or {}), config)
-        else:
-            log = memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
+        paths = kind == "paths"
+        log = (
+            read_for_advantages(_paths(data), dict(column_map or {}), config) if paths else _log(data, kind, column_map)
+        )
         return run_estimator(log, config)
 
 
@@ -110,9 +110,7 @@ def advantages(data: Any, *, method: str, column_map: Mapping[str, str] | None =
         return run.table.replace_schema_metadata(meta)
     owned = [run.log.original_name(n) for n in run.log.table.column_names if n in C.ADVANTAGES_OUTPUTS]
     if kind == "polars":
-        import polars as pl
-
-        return data.drop(owned).hstack(pl.from_arrow(run.new_columns).get_columns())  # type: ignore[union-attr]
+        return data.drop(owned).hstack(_polars(run.new_columns).get_columns())
     out = data.drop(columns=owned)
     for name, column in zip(run.new_columns.column_names, run.new_columns.columns):
         out[name] = column.to_numpy(zero_copy_only=False)
@@ -125,8 +123,6 @@ def annotated(run: AdvantagesRun, paths: Sequence[str | os.PathLike], column_map
     from gaca_cli.log.io import read_log as read
 
     full = read(paths, column_map) if run.log.partial else run.log
-    if full.table.num_rows != run.new_columns.num_rows:
-        raise GacaError("the input changed while it was being read; run again", file=full.source)
     table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
     table = with_stored_time_zones(table, full.files[0])
     meta = output_metadata(full, run.metadata)
@@ -143,16 +139,11 @@ def validate(data: Any, *, command: str = "validate", column_map: Mapping[str, s
 def inspect(data: Any, command: str, column_map: Mapping[str, str] | None):
     """(the log, its Inspection): what `validate` and `gaca validate` report."""
     from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import read_log as read
     from gaca_cli.log.schema import COMMAND_NEEDS
 
     if command not in COMMAND_NEEDS:
         raise ValueError(f"command={command!r} is not valid; use one of {', '.join(COMMAND_NEEDS)}")
-    kind = _kind(data)
-    if kind == "paths":
-        log = read(_paths(data), column_map)
-    else:
-        log = memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
+    log = _log(data, _kind(data), column_map)
     return log, inspect_log(log, command)
 
 
@@ -173,9 +164,8 @@ def import_logs(
     from gaca_cli.integrations.imports.base import ImportOptions
     from gaca_cli.integrations.imports.core import run_import
 
-    options = ImportOptions(reward_weights=None if reward_weights is None else tuple(reward_weights))
-    if field_map:
-        options = ImportOptions(reward_weights=options.reward_weights, field_map=dict(field_map))
+    weights = None if reward_weights is None else tuple(reward_weights)
+    options = ImportOptions(reward_weights=weights, field_map=dict(field_map or {}))
     with tempfile.TemporaryDirectory(prefix="gaca-import-") as tmp:
         out = Path(output) if output is not None else Path(tmp) / "log.parquet"
         result = run_import(format, _paths(sources), out, options, command)
@@ -194,25 +184,19 @@ def score(
     loaded model, not those that load one: dtype, device, revision, trust_remote_code)."""
     from gaca_cli.lm.score_config import ScoreConfig
     from gaca_cli.lm.scoring import run_score
-    from gaca_cli.log.io import read_log as read
 
     loaded = None
     if not isinstance(model, (str, os.PathLike)):
-        if tokenizer is None:
-            raise TypeError("a loaded model needs its tokenizer: score(data, model=model, tokenizer=tokenizer)")
         loading = sorted({"dtype", "device", "revision", "trust_remote_code"} & set(options))
-        if loading:
-            raise TypeError(f"option {loading[0]!r} loads a model; the model given is already loaded")
+        if tokenizer is None or loading:
+            raise TypeError(f"a loaded model is given with its tokenizer=, without options that load one {loading}")
         loaded = (model, tokenizer, next(model.parameters()).device, next(model.parameters()).dtype)
         name = getattr(model, "name_or_path", "") or type(model).__name__
         config = options_config(ScoreConfig, options, model=name)
     else:
         config = options_config(ScoreConfig, {**options, "model": str(model)})
     kind = _kind(data)
-    if kind == "paths":
-        log = read(_paths(data), column_map)
-    else:
-        log = memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
+    log = _log(data, kind, column_map)
     training = loaded is not None and loaded[0].training
     with tempfile.TemporaryDirectory(prefix="gaca-score-") as tmp:
         try:
@@ -223,10 +207,10 @@ def score(
             if training:
                 loaded[0].train()  # type: ignore[index]
     table = run.table.replace_schema_metadata({k.encode(): v.encode() for k, v in run.metadata.items()})
-    if kind in ("paths", "arrow"):
-        return table
-    if kind == "polars":
-        import polars as pl
+    return table if kind in ("paths", "arrow") else table.to_pandas() if kind == "pandas" else _polars(table)
 
-        return pl.from_arrow(table)
-    return table.to_pandas()
+
+def _polars(table: pa.Table) -> Any:
+    import polars as pl
+
+    return pl.from_arrow(table)

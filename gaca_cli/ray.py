@@ -1,18 +1,10 @@
 """`gaca advantages` on a Ray Data dataset, computed on Ray's workers (docs/python-api.md).
 
-    import gaca_cli.ray
-    out = gaca_cli.ray.advantages(ray.data.read_parquet("s3://bucket/logs/"), method="gaca")
-
-The estimators need one episode group at a time, so the rows are shuffled into buckets of
-whole episode groups (a hash of group_id: `groupby` + `map_groups`, one call per bucket of
-about `rows_per_call` rows, never one per group), and each bucket runs the code of
-`gaca advantages` on its own. Every number equals the single-process command's bit for bit,
-row by row; the one column numbered across the whole log, `step_group_id` (step groups in
-sorted group_id order), gets each episode group's offset in a second, cheap pass.
-
-What needs the whole log is refused with a ValueError: `nll_scope="batch"` (one
-standardisation over every row) and `similarity_order="rows"` (the file's row order, which a
-distributed dataset does not keep). Rows come back grouped by bucket, not in the input's order.
+Rows are shuffled into buckets of whole episode groups (a hash of group_id; `groupby` +
+`map_groups`, one call per bucket, never one per group); each bucket runs the code of
+`gaca advantages`; `step_group_id`, numbered across the whole log, gets each episode group's
+offset in a second pass. What needs the whole log (`nll_scope="batch"`, `similarity_order=
+"rows"`) is refused. Every row equals the command's, bit for bit; rows come back by bucket.
 """
 
 from __future__ import annotations
@@ -58,7 +50,8 @@ def advantages(
     if config.method == "grpo":
         return computed
     computed = computed.materialize()
-    counts = computed.map_batches(_group_counts, fn_args=(group_column,), batch_format="pyarrow").take_all()
+    pairs = [group_column, _GROUP_STEP_GROUPS]  # the distinct (group_id, its number of step groups)
+    counts = computed.select_columns(pairs).map_batches(_distinct, batch_format="pyarrow").take_all()
     step_groups = {row[group_column]: row[_GROUP_STEP_GROUPS] for row in counts}
     ids = sorted(step_groups)  # the command numbers step groups in sorted group_id order
     offsets = pa.table({"id": ids, "offset": np.cumsum([0] + [step_groups[i] for i in ids[:-1]])})
@@ -89,17 +82,15 @@ def _compute(bucket: pa.Table, config: AdvantagesConfig, mapping: dict[str, str]
     group = id_codes(run.log.table.column(C.GROUP_ID))[0]
     code = out.column(C.STEP_GROUP_ID).to_numpy()
     first = np.full(group.max() + 1, code.max() + 1)
-    last = np.zeros(group.max() + 1, dtype=np.int64)
-    np.minimum.at(first, group, code)
-    np.maximum.at(last, group, code)
+    np.minimum.at(first, group, code)  # the codes of a group are consecutive
+    size = np.bincount(group[np.unique(code, return_index=True)[1]], minlength=len(first))
     i = out.column_names.index(C.STEP_GROUP_ID)
     out = out.set_column(i, C.STEP_GROUP_ID, pa.array(code - first[group]))
-    return out.append_column(_GROUP_STEP_GROUPS, pa.array((last - first + 1)[group]))
+    return out.append_column(_GROUP_STEP_GROUPS, pa.array(size[group]))
 
 
-def _group_counts(batch: pa.Table, group_column: str) -> pa.Table:
-    """The distinct (group_id, number of step groups) pairs of a batch."""
-    return batch.select([group_column, _GROUP_STEP_GROUPS]).group_by([group_column, _GROUP_STEP_GROUPS]).aggregate([])
+def _distinct(batch: pa.Table) -> pa.Table:
+    return batch.group_by(batch.column_names).aggregate([])
 
 
 def _number_step_groups(batch: pa.Table, group_column: str, offsets: pa.Table) -> pa.Table:

@@ -219,24 +219,20 @@ def compute_advantages(log: Log, config: AdvantagesConfig, row_return: np.ndarra
 
 
 def _check_row_return(log: Log, index: TrajectoryIndex, row_return: np.ndarray, config: AdvantagesConfig) -> np.ndarray:
-    """R of each trajectory (its first row's) from a return per row, which must be finite and,
-    with episode statistics over trajectories, the same on every row of a trajectory."""
+    """R of each trajectory (its first row's) from a return per row: finite and, with episode
+    statistics over trajectories, the same on every row of a trajectory."""
     from gaca_cli.log.checks import rows_text
 
     first = row_return[index.rows(index.traj_start)]
-    for bad, rule in (
-        (~np.isfinite(row_return), "must be finite (no NaN, no ±inf)"),
-        (
-            (row_return != first[index.row_traj]) & (config.episode_stats == "trajectories"),
-            "episode statistics over trajectories need one score per trajectory, but the rows of a trajectory "
-            "differ; use episode_stats='steps' (verl-agent's)",
-        ),
-    ):
-        if bad.any():
-            rows = np.flatnonzero(bad)
-            raise GacaError(
-                rule, file=log.source, column=C.EPISODE_REWARD, rows=rows_text(log.table, rows), n_rows=len(rows)
-            )
+    rows = np.flatnonzero(~np.isfinite(row_return))
+    rule = "must be finite (no NaN, no ±inf)"
+    if not len(rows) and config.episode_stats == "trajectories":
+        rows = np.flatnonzero(row_return != first[index.row_traj])
+        rule = "episode statistics over trajectories need one score per trajectory; use episode_stats='steps'"
+    if len(rows):
+        raise GacaError(
+            rule, file=log.source, column=C.EPISODE_REWARD, rows=rows_text(log.table, rows), n_rows=len(rows)
+        )
     return first
 
 

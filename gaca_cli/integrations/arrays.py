@@ -27,10 +27,8 @@ ARRAYS = "<arrays>"  # how errors name the input (GacaError.file)
 
 
 def options_config(config_class: type, options: Mapping[str, Any], **fixed: Any) -> Any:
-    """The frozen config of a command from keyword options (`beta=0.3`). An unknown option is a
-    TypeError naming it; an invalid value a ValueError (ConfigError) naming the field; an
-    option that has no effect with the others (`beta` without method="gaca") a ValueError, as
-    on the command line."""
+    """A command's config from keyword options (`beta=0.3`), refused as on the command line: an
+    unknown option (TypeError), a bad value or one with no effect (ValueError), named."""
     names = [f.name for f in dataclasses.fields(config_class) if "help" in f.metadata]
     unknown = sorted(set(options) - set(names))
     if unknown:
@@ -49,15 +47,15 @@ def _is_tensor(x: Any) -> bool:
 
 
 def _numpy(x: Any) -> np.ndarray:
-    if not _is_tensor(x):
-        return np.asarray(x)
-    x = x.detach().cpu()
-    return (x.double() if x.is_floating_point() else x).numpy()
+    """A flat numpy array (a float tensor as float64)."""
+    if _is_tensor(x):
+        x = x.detach().cpu()
+        x = (x.double() if x.is_floating_point() else x).numpy()
+    return np.asarray(x).reshape(-1)
 
 
-def _ids(x: Any, name: str) -> pa.Array:
+def _ids(values: np.ndarray, name: str) -> pa.Array:
     """Ids or anchors as an Arrow column: text or integers, none missing."""
-    values = _numpy(x).reshape(-1)
     try:
         ids = pa.array(values if values.dtype.kind in "iuU" else list(values))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -95,25 +93,22 @@ def compute_advantages(  # noqa: PLR0913
     tensors on its device, the float ones in the dtype torch promotes reward's and
     episode_reward's to (a float type), as verl-agent's sums are."""
     config = options_config(AdvantagesConfig, options, method=method)
-    n = len(_numpy(reward).reshape(-1))
-    given = {"group_id": group_id, "traj_id": traj_id, "step_idx": step_idx, "anchor": anchor, "nll": nll}
-    given["episode_reward"] = episode_reward
-    for name, values in given.items():
-        if values is not None and len(_numpy(values).reshape(-1)) != n:
-            raise ValueError(f"{name} has {len(_numpy(values).reshape(-1))} values for {n} rewards")
-    columns = {
-        C.GROUP_ID: _ids(group_id, "group_id"),
-        C.TRAJ_ID: _ids(traj_id, "traj_id"),
-        C.STEP_IDX: pa.array(_numpy(step_idx).reshape(-1).astype(np.int64)),
-        C.REWARD: pa.array(_numpy(reward).reshape(-1).astype(np.float64)),
-    }
+    given = {"group_id": group_id, "traj_id": traj_id, "step_idx": step_idx, "reward": reward, "anchor": anchor}
+    given |= {"nll": nll, "episode_reward": episode_reward}
+    a = {name: _numpy(values) for name, values in given.items() if values is not None}
+    n = len(a["reward"])
+    for name, values in a.items():
+        if len(values) != n:
+            raise ValueError(f"{name} has {len(values)} values for {n} rewards")
+    columns = {C.GROUP_ID: _ids(a["group_id"], "group_id"), C.TRAJ_ID: _ids(a["traj_id"], "traj_id")}
+    columns |= {C.STEP_IDX: pa.array(a["step_idx"].astype(np.int64)), C.REWARD: pa.array(a["reward"].astype(float))}
     if anchor is not None:
-        anchors = _ids(anchor, "anchor")
+        anchors = _ids(a["anchor"], "anchor")
         columns[C.ANCHOR_OBS if pa.types.is_string(anchors.type) else C.ANCHOR_KEY] = anchors
     if nll is not None:
-        u = _numpy(nll).reshape(-1).astype(np.float64)
+        u = a["nll"].astype(np.float64)
         columns[C.NLL_MEAN if config.nll_reduce == "mean" else C.NLL_SUM] = pa.array(u, mask=np.isnan(u))
-    row_return = None if episode_reward is None else _numpy(episode_reward).reshape(-1).astype(np.float64)
+    row_return = None if episode_reward is None else a["episode_reward"].astype(np.float64)
     log = Log(table=pa.table(columns), files=(ARRAYS,), file_row_ends=np.array([n], dtype=np.int64))
     with gc_paused():
         run = run_estimator(log, config, row_return=row_return)

@@ -108,7 +108,7 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     result = compute_advantages(
         group_id=index,
         traj_id=traj_index,
-        step_idx=_steps_in_batch_order(_ids(traj_index)),
+        step_idx=_steps_in_batch_order(np.asarray(traj_index).reshape(-1)),
         reward=step_rewards.reshape(n),
         anchor=_anchors(anchor_obs, enable_similarity),
         nll=u,
@@ -131,10 +131,6 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     return scores, scores
 
 
-def _ids(values: Any) -> np.ndarray:
-    return np.asarray(values, dtype=object).reshape(-1)
-
-
 def _steps_in_batch_order(traj: np.ndarray) -> np.ndarray:
     """Each row's rank among its trajectory's rows, in batch order."""
     _, code = np.unique(traj.astype(str), return_inverse=True)
@@ -148,7 +144,7 @@ def _steps_in_batch_order(traj: np.ndarray) -> np.ndarray:
 def _anchors(anchor_obs: Any, text_needed: bool) -> np.ndarray:
     """Text anchors as they are; other values (arrays, numbers, dicts) as integer keys, equal
     values sharing one, as verl-agent groups them."""
-    anchors = _ids(anchor_obs)
+    anchors = np.asarray(anchor_obs, dtype=object).reshape(-1)
     if all(isinstance(a, str) for a in anchors):
         return anchors
     if text_needed:
