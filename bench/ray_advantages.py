@@ -7,8 +7,7 @@ For each log size (bench/synth.py logs, cached under bench/data/):
   `ray.data.read_parquet(LOG)` -> `gaca_cli.ray.advantages` -> `write_parquet(DIR)`: wall
   time (from before `ray.init` to the written files) and the peak RSS of each Ray worker
   process (RSS less shared pages: the object store is mapped into every worker; sampled every
-  0.2 s from the driver), whose largest value is reported; Ray's
-  hash shuffle (the default) or another `--shuffle` strategy.
+  0.2 s from the driver), whose largest value is reported.
 
 The overhead ratio is ray wall / cli wall. No speed-up is expected on a 2-core machine: the
 point is bounded memory per worker (buckets of `--rows-per-call` rows of whole episode
@@ -41,10 +40,9 @@ RAY_CHILD = """
 import json, sys, threading, time, psutil
 t0 = time.perf_counter()
 import ray, gaca_cli.ray
-log, out, workers, rows_per_call, shuffle = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+log, out, workers, rows_per_call = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, configure_logging=False)
 ray.data.DataContext.get_current().enable_progress_bars = False
-ray.data.DataContext.get_current().shuffle_strategy = shuffle
 peak = {}
 done = False
 def sample():
@@ -94,12 +92,12 @@ def peak_rss_of(command: list[str], env: dict) -> tuple[float, int, str]:
     return wall, peak, out
 
 
-def measure(rows: int, workers: int, rows_per_call: int, shuffle: str, tmp: Path) -> dict:
+def measure(rows: int, workers: int, rows_per_call: int, tmp: Path) -> dict:
     log = ensure_log(rows)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "gaca_cli", "advantages", str(log), "--method", "gaca", "-o", str(tmp / "cli.parquet")]
     cli_wall, cli_peak, _ = peak_rss_of(cli, env)
-    ray_cmd = [sys.executable, "-c", RAY_CHILD, str(log), str(tmp / "ray"), str(workers), str(rows_per_call), shuffle]
+    ray_cmd = [sys.executable, "-c", RAY_CHILD, str(log), str(tmp / "ray"), str(workers), str(rows_per_call)]
     _, driver_peak, out = peak_rss_of(ray_cmd, env)
     result = json.loads(out.strip().splitlines()[-1])
     return {
@@ -118,17 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, nargs="*", default=[1_000_000, 10_000_000])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rows-per-call", type=int, default=200_000)
-    parser.add_argument(
-        "--shuffle", default="hash_shuffle", help="Ray Data's shuffle_strategy, e.g. sort_shuffle_pull_based"
-    )
     args = parser.parse_args(argv)
-    print(f"gaca advantages --method gaca: the CLI vs gaca_cli.ray on {args.workers} local workers ({args.shuffle})")
+    print(f"gaca advantages --method gaca: the CLI vs gaca_cli.ray on {args.workers} local workers")
     print(
         f"{'rows':>12} {'cli s':>8} {'cli peak GB':>12} {'ray s':>8} {'worker peak GB':>15} {'driver GB':>10} {'ray/cli':>8}"
     )
     for rows in args.rows:
         with tempfile.TemporaryDirectory(dir=ROOT / "bench") as tmp:
-            r = measure(rows, args.workers, args.rows_per_call, args.shuffle, Path(tmp))
+            r = measure(rows, args.workers, args.rows_per_call, Path(tmp))
         print(
             f"{r['rows']:>12,} {r['cli_s']:>8.1f} {r['cli_peak_gb']:>12.2f} {r['ray_s']:>8.1f} "
             f"{r['worker_peak_gb']:>15.2f} {r['driver_peak_gb']:>10.2f} {r['ratio']:>7.2f}x",
