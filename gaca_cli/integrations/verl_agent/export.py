@@ -209,6 +209,18 @@ def _write(rows: list[dict], path: Path, file_format: str, metadata: Mapping[str
             tmp.unlink()
 
 
+def _export_dir(out_dir: str | os.PathLike) -> Path:
+    """The export folder, made if missing; an OSError with one line when it cannot be written."""
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except OSError as err:
+        raise OSError(f"gaca export: cannot write to {str(directory)!r} ({err.strerror or err})") from None
+    return directory
+
+
 def export_rollout(
     out_dir: str | os.PathLike,
     total_batch_list: Sequence[Sequence[Mapping[str, Any]]],
@@ -231,15 +243,15 @@ def export_rollout(
     The file `<out_dir>/rollout-<global_step>-<random>.<parquet|jsonl>` (a time stamp instead of
     the step when none is given) is written to a temporary name and renamed when complete, so a
     reader never sees half a file. Import it with `gaca import --from verl-agent OUT_DIR`.
+    A folder that cannot be made or written raises OSError before anything else is done.
     """
     if file_format not in FORMATS:
         raise ValueError(f"file_format must be one of {', '.join(FORMATS)}, got {file_format!r}")
+    directory = _export_dir(out_dir)  # before any work: a misconfigured export fails at the first rollout
     rows = _rows(total_batch_list, episode_rewards, tokenizer, max_steps)
     if global_step is not None:
         for row in rows:
             row["global_step"] = int(global_step)
-    directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     stamp = f"{int(global_step):06d}" if global_step is not None else f"t{time.time_ns()}"
     path = directory / f"rollout-{stamp}-{uuid.uuid4().hex[:8]}.{file_format}"
     metadata = {"gaca.export": json.dumps({"source": "verl-agent", "rows": len(rows), "global_step": global_step})}
