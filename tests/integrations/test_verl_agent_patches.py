@@ -258,3 +258,19 @@ def test_the_patched_fit_passes_both_configs(patched):
     assert passed["gaca_config"] == "self.config.algorithm.get('gaca', None)"
     assert passed["gigpo_config"] == "self.config.algorithm.gigpo"
     assert "AdvantageEstimator.GACA" in fit  # step_rewards computed for GACA as for GiGPO
+
+
+def test_the_docs_show_the_lines_the_patches_add():
+    """docs/formats/verl-agent.md shows export.patch's block, docs/verl-agent.md the GACA branch."""
+
+    def added(patch: Path, containing: str) -> list[str]:
+        hunk = next(h for h in patch.read_text("utf-8").split("\n@@")[1:] if containing in h)
+        lines = [line[1:] for line in hunk.splitlines() if line.startswith("+")]
+        return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+    def shown(doc: str, after: str) -> list[str]:
+        text = (ROOT / "docs" / doc).read_text("utf-8").split(after)[1].split("```python\n")[1].split("```")[0]
+        return [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+    assert shown("formats/verl-agent.md", "## The patch") == added(PATCHES["export"], "GACA_EXPORT_DIR")
+    assert shown("verl-agent.md", "The branch it adds:") == added(PATCHES["gaca_advantage"], "GACA:")
