@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
+from gaca_cli.log.decoding import read_failed
 from gaca_cli.log.io import (
     READ_ERRORS,
     atomic_path,
@@ -44,7 +45,6 @@ from gaca_cli.log.io import (
     restore_column_names,
     statistics_null_count,
     stored_arrow_schema,
-    unreadable,
     write_parquet_atomic,
 )
 
@@ -194,12 +194,13 @@ def check_copied_columns(spliced: str, files: Sequence[str], copied: Sequence[st
             if rows != f.metadata.num_rows:  # a damaged page header can make a lone column read short
                 raise pa.ArrowInvalid(f"read {rows} rows of {f.metadata.num_rows}")
     except READ_ERRORS as exc:
-        for path in files:
-            column = damaged_column(path, copied)
-            if column is not None:
-                raise unreadable(path, exc, [column]) from None
         from gaca_cli.log._splice import SpliceUnsupported
 
+        for path in files:
+            column = damaged_column(path, copied)
+            if column is not None:  # one error, unless polars decodes it: then the full read does
+                read_failed(path, exc, [column])
+                raise SpliceUnsupported(f"pyarrow cannot decode column '{column}' of {path}") from None
         raise SpliceUnsupported(f"the spliced output does not read back ({exc})") from None
     wrong = [n for n in flat if statistics_null_count(spliced, n) not in (None, nulls[n])]
     if wrong:

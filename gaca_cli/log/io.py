@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
+from gaca_cli.log import decoding
 
 _GLOB_CHARS = set("*?[")
 
@@ -294,8 +295,9 @@ def _read_file(
         encode_after = _delta_encoded(path, dict_cols)
         read_dictionary = [c for c in dict_cols if c not in encode_after] or None
         table = _read_parquet(path, columns=names, read_dictionary=read_dictionary)
-    except READ_ERRORS as exc:
-        raise unreadable(path, exc, names) from None
+    except READ_ERRORS as exc:  # a column pyarrow cannot decode: polars reads it, or one error
+        table = decoding.read_failed(path, exc, names)
+        encode_after = [c for c in dictionary if c in table.column_names and _is_plain_text(table.schema.field(c).type)]
     for name in encode_after:
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, pc.dictionary_encode(table.column(i)))
@@ -392,6 +394,7 @@ def _dataset(path: str) -> ds.Dataset:
         keys = factory.inspect_schemas()[-1]  # the first file's schema, then the partition keys'
         files = factory.finish(keys)  # no schema merged yet: each file's is read below
         fragments = list(files.get_fragments())
+        decoding.refuse_encrypted([frag.path for frag in fragments])
         schemas = [frag.physical_schema.remove_metadata() for frag in fragments]
     except READ_ERRORS as exc:
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
@@ -582,6 +585,7 @@ def read_log(
         return [column_map.get(c, c) for c in names]
 
     inputs = expand_inputs(paths)
+    decoding.refuse_encrypted([path for path, is_dir in inputs if not is_dir])
     full_schema = None if columns is None else _file_schema(inputs)  # every column, from the footers
     if callable(columns):
         assert full_schema is not None
