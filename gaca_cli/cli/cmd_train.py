@@ -58,13 +58,13 @@ def train_offline(
     from gaca_cli.log.io import read_log, same_or_inside
     from gaca_cli.render import train_summary
 
+    if (clash := same_or_inside(output, logs)) is not None:  # first: exit 2, as other commands' -o
+        raise typer.BadParameter(f"{output} would overwrite or fall inside the input {clash}", param_hint="'-o'")
     check_output(output, directory=True)
     try:
         check_out_dir(output, resume)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-o'") from None
-    if (clash := same_or_inside(output, logs)) is not None:
-        raise typer.BadParameter(f"{output} would fall inside the input {clash}", param_hint="'-o'")
     with user_errors():
         log = read_log(logs, column_map(column_maps))
         with ProgressBar(err_console(), enabled=os.environ.get("RANK", "0") == "0") as bar:

@@ -239,6 +239,22 @@ def _columns_read(log: Log) -> set[str]:
     return read
 
 
+def check_unread_columns(log: Log) -> None:
+    """Read the columns of a log of plain files that `log` did not read, as `advantages` reads
+    back the columns it copies and `validate` reads them all (check_copied_columns): a damaged
+    page is the same one GacaError in a command that reads fewer columns (`inspect`)."""
+    from gaca_cli.log._splice import SpliceUnsupported
+
+    read = _columns_read(log)
+    for path in log.files if log.plain_files else ():
+        unread = [n for n in pq.read_schema(path).names if n not in read]
+        try:
+            if unread:
+                check_copied_columns(path, [path], unread)
+        except SpliceUnsupported:  # a column pyarrow cannot decode that polars reads: readable
+            pass
+
+
 _CHECK_BATCH_ROWS = 65536  # rows decoded at a time by check_copied_columns (bounded memory)
 
 

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli.credit.config import METHODS, AdvantagesConfig
+from gaca_cli.credit.writing import check_unread_columns
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.log import columns as C
@@ -262,7 +263,9 @@ def load_annotated(paths: Sequence[str], column_map: Mapping[str, str] | None = 
     SHOWN_TEXT) and check it."""
     plain_files = not any(is_dir for _, is_dir in expand_inputs(paths))
     columns = READ_COLUMNS if plain_files else (*READ_COLUMNS, *SHOWN_TEXT)
-    return annotate(read_log(paths, column_map, columns=columns))
+    log = read_log(paths, column_map, columns=columns)
+    check_unread_columns(log)  # damaged pages of the columns not read: refused as other commands refuse them
+    return annotate(log)
 
 
 # --------------------------------------------------------------------------- ids

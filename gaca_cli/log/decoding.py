@@ -1,6 +1,6 @@
 """Parquet files pyarrow cannot read as they are: encrypted files, and columns its decoder rejects.
 
-Encrypted files (Parquet modular encryption, apache/parquet-format Encryption.md) are refused
+Encrypted files (Parquet modular encryption, in the apache/parquet-format specification) are refused
 from the footer's bytes, before pyarrow opens them: given no keys, pyarrow aborts the whole
 process (an uncaught C++ exception) at its first look at an encrypted column's metadata, which
 a plaintext footer lets it reach. A column pyarrow cannot decode in a file another writer made
