@@ -15,6 +15,7 @@ import ast
 import shutil
 import subprocess
 import sys
+import textwrap
 from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
@@ -272,5 +273,12 @@ def test_the_docs_show_the_lines_the_patches_add():
         text = (ROOT / "docs" / doc).read_text("utf-8").split(after)[1].split("```python\n")[1].split("```")[0]
         return [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
-    assert shown("formats/verl-agent.md", "## The patch") == added(PATCHES["export"], "GACA_EXPORT_DIR")
-    assert shown("verl-agent.md", "The branch it adds:") == added(PATCHES["gaca_advantage"], "GACA:")
+    def dedented(lines: list[str]) -> list[str]:  # the docs' code blocks start at column 0 where they can
+        return textwrap.dedent("\n".join(lines)).splitlines()
+
+    assert dedented(shown("formats/verl-agent.md", "## The patch")) == dedented(
+        added(PATCHES["export"], "GACA_EXPORT_DIR")
+    )
+    assert dedented(shown("verl-agent.md", "The branch it adds:")) == dedented(
+        added(PATCHES["gaca_advantage"], "GACA:")
+    )
