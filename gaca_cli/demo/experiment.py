@@ -38,12 +38,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gaca_cli.credit.config import AdvantagesConfig, ConfigError
 from gaca_cli.demo import key_quests as kq
 from gaca_cli.demo.statistics import detectable_effect, mean_ci, seeds_needed
+
+if TYPE_CHECKING:
+    from gaca_cli.lm.train_config import Loss
 
 #: progress callback: one line for people
 Say = Callable[[str], None]
@@ -109,7 +113,7 @@ class ExperimentConfig:
     temperature: float = 1.0
     max_new_tokens: int = 8
     # the update, the same for every method
-    loss: str = "ppo"
+    loss: Loss = "ppo"
     lr: float = 3e-4
     epochs: int = 1
     batch_size: int = 32

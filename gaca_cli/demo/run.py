@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gaca_cli.credit.config import METHODS, Method, check_choices
 from gaca_cli.errors import GacaError
 
 #: progress callback: (stage, done, total, message)
@@ -39,7 +40,7 @@ class DemoConfig:
     rollouts: int = field(default=8, metadata={"help": "Rollouts per game and iteration."})
     max_steps: int = 10
     iterations: int = field(default=1, metadata={"help": "Offline updates per method."})
-    methods: tuple[str, ...] = field(
+    methods: tuple[Method, ...] = field(
         default=("grpo", "gigpo", "gaca"), metadata={"help": "Comma-separated estimators to compare."}
     )
     seed: int = field(default=0, metadata={"help": "Seed of the warm start, the collections and the updates."})
@@ -50,8 +51,9 @@ class DemoConfig:
     games_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        from gaca_cli.credit.config import METHODS, ConfigError
+        from gaca_cli.credit.config import ConfigError
 
+        check_choices(self)
         for name in ("games", "rollouts", "max_steps", "bc_steps", "epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
@@ -61,11 +63,8 @@ class DemoConfig:
             )
         if self.iterations < 0:
             raise ConfigError("iterations", f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise ConfigError(
-                "methods", f"methods = {','.join(self.methods)!r} is not valid; use names from {', '.join(METHODS)}"
-            )
+        if not self.methods:
+            raise ConfigError("methods", "methods = '' is not valid; use names from " + ", ".join(METHODS))
         if not 0 <= self.seed < 2**32:
             raise ConfigError("seed", f"seed = {self.seed!r} is not valid; use an integer in [0, 2**32)")
         if not self.lr > 0:

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gaca_cli.credit.config import METHODS, AdvantagesConfig
+from gaca_cli.credit.config import METHODS, AdvantagesConfig, NllReduce
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.log import columns as C
@@ -165,7 +165,9 @@ def _method_from_column(log: Log) -> str | None:
     return ",".join(sorted(str(n) for n in names)) or None
 
 
-def _criticality(log: Log, index: TrajectoryIndex, nll_reduce: str) -> tuple[np.ndarray | None, str | None, str | None]:
+def _criticality(
+    log: Log, index: TrajectoryIndex, nll_reduce: NllReduce
+) -> tuple[np.ndarray | None, str | None, str | None]:
     """u_t as gaca reads it (the file's nll_reduce), its source column and its unit."""
     from gaca_cli.credit.run import criticality, nll_values
 
@@ -227,7 +229,7 @@ def annotate(log: Log) -> AnnotatedLog:
     nll_reduce = str((params or {}).get("nll_reduce", "mean"))
     recorded = meta.get("criticality_column") if meta else None
     nll, nll_source, nll_unit = _criticality(
-        _as_recorded(log, recorded), index, nll_reduce if nll_reduce in ("mean", "sum") else "mean"
+        _as_recorded(log, recorded), index, "sum" if nll_reduce == "sum" else "mean"
     )
     z_from_file = C.NLL_Z in values
     if nll is not None:
@@ -590,7 +592,7 @@ def comparable_methods(a: AnnotatedLog) -> list[str]:
     from gaca_cli.credit.run import nll_source
 
     names = set(a.log.file_schema.names)
-    out = []
+    out: list[str] = []
     for m in METHODS:
         if not all(names.intersection(alternatives) for alternatives in COMMAND_NEEDS[f"advantages:{m}"]):
             continue
@@ -738,7 +740,7 @@ def compare_view(a: AnnotatedLog, config: InspectConfig) -> dict:
     for m in methods:
         x = adv[m]
         mean, std = mean_std(x)
-        row = {
+        row: dict[str, object] = {
             "method": m,
             "mean": mean,
             "std": std,
