@@ -13,11 +13,10 @@ gives `--beta FLOAT` with that help and default. The rest follows from the field
 - a field typed `Literal[...]` is a choice: `--help` and shell completion list its values;
 - a `tuple[str, ...]` (or of a `Literal`) is given as a comma-separated list (`--compare grpo,gaca`);
 - int and float values that do not parse are usage errors that quote the value;
-- metadata `default_text` is the default as `--help` and the README say it, where the value
-  alone would mislead (`norm`: None, "std (grpo), mean (gigpo, gaca)").
+- metadata `default_text` is the default shown where the value would not say it (`norm`: None).
 
-Validation stays in the config's `__post_init__` (a value outside a `Literal` included, by
-`check_choices`, so that library callers get the same check), which raises `ConfigError(field, message)`;
+Validation stays in the config's `__post_init__` (choices too: `check_choices`, for library
+callers), which raises `ConfigError(field, message)`;
 `ConfigOptions.build` turns it into a usage error (exit status 2) naming the field's flag.
 An option that acts only with some value of another (`--beta` only with `--method gaca`) says
 so in its metadata, `only: (other field, its values)` or `(other field, "given")`; given on

@@ -7,7 +7,6 @@ import functools
 import math
 import typing
 from dataclasses import asdict, dataclass, field, fields
-from typing import Literal
 
 
 class ConfigError(ValueError):
@@ -36,9 +35,8 @@ def inactive_because(config: object, name: str) -> str | None:
 
 
 def choices_of(hint: object) -> tuple:
-    """The values a `Literal[...]` type allows, also as `Literal[...] | None` or
-    `tuple[Literal[...], ...]`; () for any other type."""
-    if typing.get_origin(hint) is Literal:
+    """The values of a `Literal[...]`, also in `Literal[...] | None` or `tuple[Literal[...], ...]`; else ()."""
+    if typing.get_origin(hint) is typing.Literal:
         return typing.get_args(hint)
     return next(filter(None, map(choices_of, typing.get_args(hint))), ())
 
@@ -47,25 +45,18 @@ def choices_of(hint: object) -> tuple:
 def _choice_fields(config_class: type) -> dict[str, tuple[tuple, bool]]:
     """{field: (its choices, whether None is allowed)} for the fields typed `Literal[...]`."""
     hints = typing.get_type_hints(config_class)
-    return {
-        f.name: (choices_of(hints[f.name]), type(None) in typing.get_args(hints[f.name]))
-        for f in fields(config_class)
-        if choices_of(hints[f.name])
-    }
+    found = {f.name: choices_of(hints[f.name]) for f in fields(config_class)}
+    return {name: (c, type(None) in typing.get_args(hints[name])) for name, c in found.items() if c}
 
 
 def check_choices(config: object) -> None:
-    """Raise ConfigError naming the field where a field typed `Literal[...]` holds another value
-    (for library callers: the command line offers only the choices)."""
+    """Raise ConfigError, naming the field, where a `Literal[...]` field holds another value."""
     for name, (allowed, optional) in _choice_fields(type(config)).items():  # type: ignore[arg-type]
         value = getattr(config, name)
-        listed = isinstance(value, tuple)
-        for v in value if listed else (value,):
-            if v not in allowed and not (v is None and optional):
-                shown = ",".join(map(str, value)) if listed else value
-                names = list(map(str, allowed))
-                use = "a comma-separated list of " + ", ".join(names) if listed else " | ".join(names)
-                raise ConfigError(name, f"{name} = {shown!r} is not valid; use {use}")
+        values = value if isinstance(value, tuple) else (value,)
+        if any(v not in allowed and not (v is None and optional) for v in values):
+            use = (", " if isinstance(value, tuple) else " | ").join(map(str, allowed))
+            raise ConfigError(name, f"{name} = {','.join(map(str, values))!r} is not valid; use {use}")
 
 
 EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
@@ -74,15 +65,15 @@ EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
 Z_STD_FLOOR = 1e-8  # z_t = 0 where the scope's population std is below this
 
 
-Method = Literal["grpo", "gigpo", "gaca"]
+Method = typing.Literal["grpo", "gigpo", "gaca"]
 METHODS: tuple[Method, ...] = typing.get_args(Method)  # the keys of estimators.ESTIMATORS (a test checks it)
-Norm = Literal["std", "mean"]
-EpisodeStats = Literal["trajectories", "steps"]
-SimilarityMetric = Literal["lcs", "difflib"]
-SimilarityOrder = Literal["sorted", "rows"]
-SingletonGroups = Literal["zero", "raw"]
-NllScope = Literal["trajectory", "group", "batch"]
-NllReduce = Literal["mean", "sum"]
+Norm = typing.Literal["std", "mean"]
+EpisodeStats = typing.Literal["trajectories", "steps"]
+SimilarityMetric = typing.Literal["lcs", "difflib"]
+SimilarityOrder = typing.Literal["sorted", "rows"]
+SingletonGroups = typing.Literal["zero", "raw"]
+NllScope = typing.Literal["trajectory", "group", "batch"]
+NllReduce = typing.Literal["mean", "sum"]
 
 
 @dataclass(frozen=True)
@@ -145,7 +136,10 @@ class AdvantagesConfig:
     )
     nll_reduce: NllReduce = field(
         default="mean",
-        metadata={"only": ("method", ("gaca",)), "help": "Criticality = NLL per token (`mean`) or total (`sum`)."},
+        metadata={
+            "only": ("method", ("gaca",)),
+            "help": "Criticality = NLL per token (`mean`, nats/token) or total (`sum`, nats).",
+        },
     )
     lambda_min: float = field(default=0.0, metadata={"only": ("method", ("gaca",)), "help": "Lower clip of λ_t."})
     lambda_max: float = field(default=1.0, metadata={"only": ("method", ("gaca",)), "help": "Upper clip of λ_t."})

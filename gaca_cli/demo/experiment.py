@@ -38,16 +38,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gaca_cli.credit.config import AdvantagesConfig, ConfigError
 from gaca_cli.demo import key_quests as kq
 from gaca_cli.demo.statistics import detectable_effect, mean_ci, seeds_needed
-
-if TYPE_CHECKING:
-    from gaca_cli.lm.train_config import Loss
+from gaca_cli.lm.train_config import Loss
 
 #: progress callback: one line for people
 Say = Callable[[str], None]

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gaca_cli.credit.config import METHODS, Method, check_choices
+from gaca_cli.credit.config import METHODS, ConfigError, Method, check_choices
 from gaca_cli.errors import GacaError
 
 #: progress callback: (stage, done, total, message)
@@ -51,8 +51,6 @@ class DemoConfig:
     games_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        from gaca_cli.credit.config import ConfigError
-
         check_choices(self)
         for name in ("games", "rollouts", "max_steps", "bc_steps", "epochs"):
             if getattr(self, name) < 1:

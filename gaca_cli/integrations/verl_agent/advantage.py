@@ -38,16 +38,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from gaca_cli.credit.config import (
-    AdvantagesConfig,
-    EpisodeStats,
-    NllReduce,
-    NllScope,
-    Norm,
-    SimilarityMetric,
-    SimilarityOrder,
-    SingletonGroups,
-)
+from gaca_cli.credit import config as cfg
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.estimators import Rollouts, gaca
 from gaca_cli.credit.run import step_groups
 from gaca_cli.errors import GacaError
@@ -60,7 +52,7 @@ __all__ = ["compute_gaca_outcome_advantage"]
 SOURCE = "verl-agent batch"  # what errors name as the file
 
 # verl-agent's `mode` -> gaca's --norm (mean_norm: remove_std = True)
-NORM_OF_MODE: dict[str, Norm] = {"mean_norm": "mean", "mean_std_norm": "std"}
+NORM_OF_MODE: dict[str, cfg.Norm] = {"mean_norm": "mean", "mean_std_norm": "std"}
 
 
 def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, then GACA's)
@@ -78,14 +70,14 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     *,
     old_log_prob: torch.Tensor,
     beta: float = 0.1,
-    nll_scope: NllScope = "trajectory",
-    nll_reduce: NllReduce = "mean",
+    nll_scope: cfg.NllScope = "trajectory",
+    nll_reduce: cfg.NllReduce = "mean",
     lambda_min: float = 0.0,
     lambda_max: float = 1.0,
-    episode_stats: EpisodeStats = "steps",
-    singleton_groups: SingletonGroups = "raw",
-    similarity_metric: SimilarityMetric = "difflib",
-    similarity_order: SimilarityOrder = "rows",
+    episode_stats: cfg.EpisodeStats = "steps",
+    singleton_groups: cfg.SingletonGroups = "raw",
+    similarity_metric: cfg.SimilarityMetric = "difflib",
+    similarity_order: cfg.SimilarityOrder = "rows",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GACA's advantage of every row of a verl-agent batch, on the response tokens.
 
