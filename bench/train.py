@@ -194,7 +194,7 @@ def gaca_loop(log_path: Path, model_dir: Path, config, work: Path, steps: int, w
     import torch
 
     from gaca_cli.lm.training import train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     device = device if device is not None else torch.device("cpu")
     out = work / "gaca-out"
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
         from gaca_cli.lm.models import load_tokenizer
         from gaca_cli.lm.training import build_train_data
         from gaca_cli.log.checks import prepare_log
-        from gaca_cli.log.io import read_log
+        from gaca_cli.log.reading import read_log
 
         log = read_log([log_path])
         index, _ = prepare_log(log, "train-offline")

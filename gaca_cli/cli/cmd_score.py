@@ -46,7 +46,7 @@ def score(
     out = output_path(logs, output, "scored")
     from gaca_cli.cli.progress import ProgressBar, ScoreProgress
     from gaca_cli.lm.scoring import distributed_from_env, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
     from gaca_cli.render import score_summary
 
     with user_errors(), distributed_from_env() as (rank, world, barrier, agree):
@@ -75,7 +75,7 @@ def score(
                     if any(parts.glob("*.parquet")):
                         kept = f"finished chunks are kept in {parts}/: continue with the same command and --resume"
                     else:  # only the manifest: nothing worth resuming
-                        from gaca_cli.log.io import discard_dir
+                        from gaca_cli.files import discard_dir
 
                         discard_dir(parts, out)
                         kept = "no chunk was finished, so nothing is kept"

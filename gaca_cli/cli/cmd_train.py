@@ -54,8 +54,9 @@ def train_offline(
     """
     config = options.build()
     from gaca_cli.cli.progress import ProgressBar, train_event
+    from gaca_cli.files import same_or_inside
     from gaca_cli.lm.training import check_out_dir, train
-    from gaca_cli.log.io import read_log, same_or_inside
+    from gaca_cli.log.reading import read_log
     from gaca_cli.render import train_summary
 
     check_output(output, directory=True)

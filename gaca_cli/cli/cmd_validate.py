@@ -31,7 +31,7 @@ def validate(
     Example: gaca validate logs/ --map group_id=uid --for advantages:gaca
     """
     from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     check_command(command)
     if source_format is not None:

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import typer
 
-from gaca_cli.credit.config import ConfigError, inactive_because
+from gaca_cli.config import ConfigError, inactive_because
 
 T = TypeVar("T")
 

@@ -174,7 +174,7 @@ def collect(model: Path, games, config: ExperimentConfig, seed: int, out: Path) 
     import pyarrow.parquet as pq
 
     from gaca_cli.demo import textworld_games as tw
-    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.log.writing import write_parquet_atomic
 
     if not out.exists():
         policy = tw.LMPolicy(model, temperature=config.temperature, max_new_tokens=config.max_new_tokens, seed=seed)
@@ -189,7 +189,7 @@ def success_advantages(log: Path, out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.log.writing import write_parquet_atomic
 
     table = pq.read_table(log)
     advantage = table["success"].cast(pa.float64())
@@ -239,7 +239,7 @@ def train_config(model: Path, config: ExperimentConfig, seed: int):
 def update(model: Path, start: Path, log: Path, method: Method, work: Path, config: ExperimentConfig, seed: int):
     """advantages → train-offline; returns (new model, whether it was updated)."""
     from gaca_cli.lm.training import train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     new_model = work / "model"
     if (new_model / "config.json").exists():

@@ -50,7 +50,8 @@ class DemoConfig:
     games_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        from gaca_cli.credit.config import METHODS, ConfigError
+        from gaca_cli.config import ConfigError
+        from gaca_cli.credit.config import METHODS
 
         for name in ("games", "rollouts", "max_steps", "bc_steps", "epochs"):
             if getattr(self, name) < 1:
@@ -108,7 +109,7 @@ def _collect(model: Path, games, config: DemoConfig, seed: int, out: Path) -> fl
     import pyarrow.parquet as pq
 
     from gaca_cli.demo import textworld_games as tw
-    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.log.writing import write_parquet_atomic
 
     if not out.exists():
         policy = tw.LMPolicy(model, temperature=1.0, max_new_tokens=12, seed=seed)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gaca_cli.credit.config import METHODS, ConfigError
+from gaca_cli.config import ConfigError
+from gaca_cli.credit.config import METHODS
 
 BY_KEYS = ("nll", "weight", "advantage", "abs-advantage")
 DEFAULT_TOP = 10  # rows of --top / rank movers of --compare when no K is given

@@ -39,7 +39,7 @@ from gaca_cli.log.anchors import anchor_column
 from gaca_cli.log.checks import prepare_log
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
+from gaca_cli.log.reading import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
 from gaca_cli.log.schema import COMMAND_NEEDS
 
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step

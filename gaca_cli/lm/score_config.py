@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gaca_cli.credit.config import ConfigError
+from gaca_cli.config import ConfigError
 
 CONTEXT_SOURCES = ("auto", "tokens", "prompt", "messages")
 

@@ -768,7 +768,7 @@ def output_table(log, config: ScoreConfig, scores: Scores, model_meta: dict):
     and the key/value metadata to write."""
     import pyarrow as pa
 
-    from gaca_cli.log.io import restore_column_names
+    from gaca_cli.log.reading import restore_column_names
 
     owned = set(C.SCORE_OUTPUTS)
     table = log.table.select([n for n in log.table.column_names if n not in owned])
@@ -866,9 +866,11 @@ def run_score(
     """Check the log, load the model, score this rank's share into the work directory, and
     (rank 0) merge everything into OUT atomically. `loaded` = load_causal_lm's result, to
     reuse a model already in memory."""
+    from gaca_cli.files import discard_dir
+    from gaca_cli.interrupts import ctrl_c_ignored
     from gaca_cli.lm.models import dtype_name, load_causal_lm, resolve_device, resolve_dtype
     from gaca_cli.log.checks import prepare_log
-    from gaca_cli.log.io import ctrl_c_ignored, discard_dir, write_parquet_atomic
+    from gaca_cli.log.writing import write_parquet_atomic
 
     t0 = time.perf_counter()
     index, warnings = prepare_log(log, "score")

@@ -26,7 +26,8 @@ from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import rows_text
 from gaca_cli.log.grouping import plain
-from gaca_cli.log.io import Log, widest_type
+from gaca_cli.log.reading import Log
+from gaca_cli.log.widening import widest_type
 
 #: where a step's tokens came from (StepTokens.source)
 FROM_TOKEN_IDS, FROM_PROMPT, FROM_MESSAGES = 0, 1, 2

@@ -12,7 +12,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from gaca_cli.credit.config import ConfigError
+from gaca_cli.config import ConfigError
 from gaca_cli.lm.score_config import CONTEXT_SOURCES
 from gaca_cli.log import columns as C
 

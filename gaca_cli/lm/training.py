@@ -40,14 +40,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gaca_cli import __version__
-from gaca_cli.credit.config import inactive_because
+from gaca_cli.config import inactive_because
 from gaca_cli.errors import GacaError
+from gaca_cli.files import missing_dirs, remove_empty
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import output_column_problem, prepare_log, rows_text
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log, missing_dirs, remove_empty
+from gaca_cli.log.reading import Log
 from gaca_cli.log.schema import is_list_type
 
 #: --loss choices: the keys of losses.TOKEN_LOSSES (a test keeps them equal; this module is

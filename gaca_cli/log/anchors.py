@@ -29,7 +29,7 @@ from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.grouping import plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet, statistics_null_count
+from gaca_cli.log.reading import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet, statistics_null_count
 
 if TYPE_CHECKING:
     import polars as pl
@@ -234,7 +234,7 @@ class StreamedAnchors(Anchors):
 
     def _verified_pieces(self) -> Iterator[pl.Series]:
         """The column's text in row order, in pieces of at most `PIECE_ROWS` rows as pyarrow
-        reads them (page checksums verified: see gaca_cli.log.io.open_parquet), each as the
+        reads them (page checksums verified: see gaca_cli.log.reading.open_parquet), each as the
         polars String series `_read` gives. When no row group holds more than two batches of
         text, row groups (of all the files, in order) are read `READ_THREADS` at a time, each
         by a thread with a reader of its own, and handed on in order; otherwise the files are

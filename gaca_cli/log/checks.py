@@ -20,7 +20,7 @@ from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings
 from gaca_cli.log.grouping import id_codes, plain
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 from gaca_cli.log.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from gaca_cli.cli import app
 from gaca_cli.cli.options import ConfigOptions, config_options, flag_of, option_fields
-from gaca_cli.credit.config import AdvantagesConfig, ConfigError
+from gaca_cli.config import ConfigError
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.demo.run import DemoConfig
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.lm.score_config import ScoreConfig

@@ -19,7 +19,7 @@ from gaca_cli.credit.run import compute_advantages
 from gaca_cli.credit.step_groups import first_appearance_codes, step_group_codes
 from gaca_cli.log.anchors import PolarsAnchors, anchors_of, initial_anchors_differ
 from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 from tests.credit.reference import random_rows, reference_advantages, rows_to_table, same_partition
 
 

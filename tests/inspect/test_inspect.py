@@ -29,7 +29,8 @@ from gaca_cli.inspect.data import (
     descending_ranks,
     load_annotated,
 )
-from gaca_cli.log.io import read_log, write_parquet_atomic
+from gaca_cli.log.reading import read_log
+from gaca_cli.log.writing import write_parquet_atomic
 from tests.conftest import EXAMPLE_LOG
 
 ESC = "\x1b"

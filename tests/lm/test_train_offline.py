@@ -503,7 +503,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
 def interrupted_after_step(log: Path, config, out: Path, step: int = 2) -> None:
     """A run of `config` on `log` into `out`, interrupted (as Ctrl-C would) after `step`."""
     from gaca_cli.lm.training import train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     def interrupt(kind, info):
         if kind == "step" and info["step"] == step:

@@ -664,7 +664,7 @@ def test_validate_map_reports_original_names(tmp_path):
 def _memory_log(table: pa.Table):
     import numpy as np
 
-    from gaca_cli.log.io import Log
+    from gaca_cli.log.reading import Log
 
     return Log(table=table, files=("<memory>",), file_row_ends=np.array([table.num_rows], dtype=np.int64))
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 from tests.credit.reference import random_rows, rows_to_table
 
 

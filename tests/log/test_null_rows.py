@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gaca_cli.log.checks import inspect_log
-from gaca_cli.log.io import read_log
+from gaca_cli.log.reading import read_log
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.large_string())])
 

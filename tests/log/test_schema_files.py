@@ -24,7 +24,7 @@ from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import inspect_log
-from gaca_cli.log.io import Log, read_log
+from gaca_cli.log.reading import Log, read_log
 from gaca_cli.log.schema import INPUT_BY_NAME, schema_documents, write_schema_documents
 
 ROOT = Path(__file__).resolve().parents[2]

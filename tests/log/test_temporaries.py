@@ -17,11 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gaca_cli.log.io import atomic_path, remove_stale_temporaries, write_parquet_atomic
+from gaca_cli.files import atomic_path, remove_stale_temporaries
+from gaca_cli.log.writing import write_parquet_atomic
 
 HOLD = """
 import sys, time
-from gaca_cli.log.io import atomic_path
+from gaca_cli.files import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     print(tmp, flush=True)
     time.sleep(600)
@@ -84,7 +85,7 @@ def test_a_killed_imports_scratch_directory_is_removed_by_the_next_run(tmp_path)
 
 HOLD_DISCARD = """
 import sys, time
-from gaca_cli.log import io
+from gaca_cli import files as io
 def hold(path, **kwargs):
     print(path, flush=True)
     time.sleep(600)
@@ -97,7 +98,7 @@ def test_a_work_directory_killed_while_deleted_is_removed_by_the_next_run(tmp_pa
     """`gaca score` deletes OUT.parts/ once OUT is written: renamed first to a temporary name
     of OUT, so a kill while deleting leaves no half-deleted OUT.parts/ (which a later run
     would refuse as not its own), and the next run writing OUT removes the rest."""
-    from gaca_cli.log.io import discard_dir
+    from gaca_cli.files import discard_dir
 
     out = tmp_path / "scored.parquet"
     parts = tmp_path / "scored.parquet.parts"
@@ -119,7 +120,7 @@ def test_a_work_directory_killed_while_deleted_is_removed_by_the_next_run(tmp_pa
 
 IGNORE_CTRL_C = """
 import os, signal, time
-from gaca_cli.log.io import ctrl_c_ignored
+from gaca_cli.interrupts import ctrl_c_ignored
 # Ctrl-C on, as in a terminal (a shell's background job starts Python with SIGINT ignored)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 with ctrl_c_ignored():

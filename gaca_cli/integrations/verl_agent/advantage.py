@@ -44,7 +44,7 @@ from gaca_cli.credit.run import step_groups
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 
 __all__ = ["compute_gaca_outcome_advantage"]
 
