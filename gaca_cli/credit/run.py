@@ -21,7 +21,7 @@ from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
 from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.grouping import plain
+from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.reading import Log, restore_column_names
 
@@ -113,7 +113,7 @@ def criticality(log: Log, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
     if source == wanted:
         return nll_values(log, wanted), wanted
     if source == C.BEHAVIOR_LOGPROBS:
-        lists = plain(table.column(C.BEHAVIOR_LOGPROBS))
+        lists = contiguous_decoded(table.column(C.BEHAVIOR_LOGPROBS))
         n = len(lists)
         lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         flat = pc.list_flatten(lists).cast(pa.float64()).to_numpy(zero_copy_only=False)

@@ -37,7 +37,7 @@ from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column
 from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.grouping import plain
+from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.reading import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
 from gaca_cli.log.schema import COMMAND_NEEDS
@@ -137,13 +137,13 @@ def _arrow_indices(rows: np.ndarray) -> pa.Array:
 
 def _float_sorted(log: Log, index: TrajectoryIndex, name: str) -> np.ndarray:
     """A numeric column as float64 [N] in canonical order (nulls become NaN)."""
-    values = plain(log.table.column(name)).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    values = contiguous_decoded(log.table.column(name)).cast(pa.float64()).to_numpy(zero_copy_only=False)
     return index.in_step_order(values.astype(np.float64, copy=False))
 
 
 def _id_texts(log: Log, name: str, rows: np.ndarray) -> tuple[str, ...]:
     """The ids in column `name` at the given file rows, as text."""
-    values = plain(log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
+    values = contiguous_decoded(log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
     return tuple(str(v) for v in values)
 
 
@@ -161,7 +161,7 @@ def _advantages_metadata(log: Log) -> dict | None:
 def _method_from_column(log: Log) -> str | None:
     if C.ADV_METHOD not in log.table.column_names:
         return None
-    names = pc.unique(plain(log.table.column(C.ADV_METHOD)).drop_null()).to_pylist()
+    names = pc.unique(contiguous_decoded(log.table.column(C.ADV_METHOD)).drop_null()).to_pylist()
     return ",".join(sorted(str(n) for n in names)) or None
 
 
@@ -196,7 +196,7 @@ def _traj_success(log: Log, index: TrajectoryIndex) -> np.ndarray | None:
     failure, NaN where the column is null throughout (or not boolean / numeric)."""
     if C.SUCCESS not in log.table.column_names:
         return None
-    col = plain(log.table.column(C.SUCCESS))
+    col = contiguous_decoded(log.table.column(C.SUCCESS))
     if not (pa.types.is_boolean(col.type) or pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         return None
     v = index.in_step_order(col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False))
@@ -352,7 +352,7 @@ def _texts(a: AnnotatedLog, name: str | None, positions: np.ndarray) -> list[str
         return [None] * len(positions)
     rows = a.index.rows(positions)
     if name in a.log.table.column_names:
-        values = plain(a.log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
+        values = contiguous_decoded(a.log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
     else:
         values = read_rows(a.log, name, rows)
     return [None if v is None else str(v) for v in values]
@@ -392,7 +392,9 @@ def read_rows(log: Log, name: str, rows: np.ndarray) -> list:
             raise GacaError(
                 f"not a readable Parquet file ({first[0] if first else type(exc).__name__})", file=path, column=column
             ) from None
-        for i, value in zip(at.tolist(), plain(chunk).take(_arrow_indices(place)).to_pylist(), strict=True):
+        for i, value in zip(
+            at.tolist(), contiguous_decoded(chunk).take(_arrow_indices(place)).to_pylist(), strict=True
+        ):
             out[i] = value
     return out
 

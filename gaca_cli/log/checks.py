@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings
-from gaca_cli.log.grouping import id_codes, plain
+from gaca_cli.log.grouping import contiguous_decoded, id_codes
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.reading import Log
 from gaca_cli.log.schema import COMMAND_NEEDS, INPUT_BY_NAME
@@ -124,7 +124,7 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
             if len(rows):
                 out.violations.append(_violation(log, spec.name, "must be finite (no NaN, no ±inf)", rows))
         if spec.name == C.BEHAVIOR_LOGPROBS:
-            lists = plain(col)
+            lists = contiguous_decoded(col)
             finite = pc.is_finite(pc.list_flatten(lists)).to_numpy(zero_copy_only=False)
             if not finite.all():
                 parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
@@ -135,8 +135,8 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
 
     pair = (C.BEHAVIOR_LOGPROBS, C.ACTION_TOKEN_IDS)
     if all(name in table.column_names for name in pair) and not bad.intersection(pair):
-        lp = pc.list_value_length(plain(table.column(C.BEHAVIOR_LOGPROBS))).to_numpy(zero_copy_only=False)
-        ti = pc.list_value_length(plain(table.column(C.ACTION_TOKEN_IDS))).to_numpy(zero_copy_only=False)
+        lp = pc.list_value_length(contiguous_decoded(table.column(C.BEHAVIOR_LOGPROBS))).to_numpy(zero_copy_only=False)
+        ti = pc.list_value_length(contiguous_decoded(table.column(C.ACTION_TOKEN_IDS))).to_numpy(zero_copy_only=False)
         both = ~np.isnan(lp.astype(np.float64)) & ~np.isnan(ti.astype(np.float64))
         rows = np.flatnonzero(both & (lp != ti))
         if len(rows):
@@ -173,7 +173,7 @@ def _structure_checks(
     n = table.num_rows
     traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
     group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))
-    step = plain(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    step = contiguous_decoded(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     ids = _RowIds(traj_of_row, traj_rank, group_of_row, group_rank, step)
     n_traj = len(traj_rank)
     if compiled:  # every structure rule and the index in compiled passes; the numpy code reports
@@ -181,7 +181,7 @@ def _structure_checks(
 
         done = np.zeros(0, dtype=bool)
         if C.DONE in table.column_names and C.DONE not in bad:
-            done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+            done = contiguous_decoded(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
         episode_reward = np.zeros(0)
         if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
             episode_reward = table.column(C.EPISODE_REWARD).cast(pa.float64()).to_numpy()
@@ -232,7 +232,7 @@ def _trajectory_rules(  # noqa: PLR0913
     n = table.num_rows
     traj_of_row, group_of_row, by_id_and_step = ids.traj, ids.group, ids.by_id_and_step
     if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
-        er = plain(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
+        er = contiguous_decoded(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
         differs = er != np.repeat(er[starts], lengths)
         if differs.any():
             out.violations.append(
@@ -242,7 +242,7 @@ def _trajectory_rules(  # noqa: PLR0913
             )
 
     if C.DONE in table.column_names and C.DONE not in bad:
-        done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+        done = contiguous_decoded(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
         last = np.zeros(n, dtype=bool)
         last[order[starts + lengths - 1]] = True
         early = np.flatnonzero(done & ~last)
@@ -302,7 +302,7 @@ def output_column_problem(log: Log, column: str = C.ADVANTAGE, float32: bool = F
     the other numeric columns `gaca advantages` writes: a type that is not a number, nulls, NaN
     or ±inf, a `gaca_weight` outside [0, 1], and with `float32` (train-offline, whose losses
     are float32) a value float32 would turn into ±inf; None when every row has a usable value."""
-    col = plain(log.table.column(column))
+    col = contiguous_decoded(log.table.column(column))
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
         return _violation(
             log,

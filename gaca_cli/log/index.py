@@ -126,7 +126,7 @@ class TrajectoryIndex:  # noqa: PLR0902
         """A column of the table laid out by position."""
         import pyarrow as pa  # imported on use: the maths reads the index without pyarrow
 
-        from gaca_cli.log.grouping import plain
+        from gaca_cli.log.grouping import contiguous_decoded
 
-        column = plain(table.column(name))
+        column = contiguous_decoded(table.column(name))
         return column if self.is_identity else column.take(pa.array(self.order))

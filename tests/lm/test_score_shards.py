@@ -182,7 +182,7 @@ def test_torchrun_a_data_error_on_one_rank_stops_both_cleanly(tiny_llama, tmp_pa
     learns of it at the next barrier (it used to crash there, 'Connection closed by peer', exit
     3), both exit 1, and the work directory is removed as in one process (it used to stay, and
     --resume then refused it)."""
-    from gaca_cli.lm.scoring import shard_trajectories, trajectory_costs
+    from gaca_cli.lm.shards import shard_trajectories, trajectory_costs
     from gaca_cli.log.checks import prepare_log
     from gaca_cli.log.reading import read_log
     from tests.lm.test_score import add_token_ids
@@ -214,7 +214,7 @@ def test_torchrun_a_data_error_on_one_rank_stops_both_cleanly(tiny_llama, tmp_pa
 GLOO_EXIT_SCRIPT = """
 import os, sys
 from gaca_cli.lm.models import load_causal_lm
-from gaca_cli.lm.scoring import distributed_from_env
+from gaca_cli.lm.shards import distributed_from_env
 
 with distributed_from_env() as (rank, world, barrier, agree):
     load_causal_lm(sys.argv[1], dtype="fp32", device="cpu")  # transformers imports torch.distributed.nn

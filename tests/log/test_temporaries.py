@@ -179,22 +179,22 @@ def test_a_score_work_directory_killed_while_created_is_started_again(tmp_path):
     """`gaca score` killed between creating OUT.parts/ and renaming its manifest into place
     leaves the directory empty or holding only the manifest's temporary file: the next run
     starts it again instead of refusing it as someone else's directory."""
-    from gaca_cli.lm.scoring import check_work_dir, prepare_work_dir
+    from gaca_cli.lm.shards import check_work_dir, prepare_work_dir
 
-    print_ = {"tool": "gaca score", "rows": 3}
+    run_fingerprint = {"tool": "gaca score", "rows": 3}
     for leftover in ([], ["manifest.tmp"]):
         work = tmp_path / f"out{len(leftover)}.parquet.parts"
         work.mkdir()
         for name in leftover:
             (work / name).write_text("{")
-        assert prepare_work_dir(work, print_, resume=False) == 0
+        assert prepare_work_dir(work, run_fingerprint, resume=False) == 0
         assert sorted(os.listdir(work)) == ["manifest.json"]
-        assert check_work_dir(work, print_, resume=True) == 0
+        assert check_work_dir(work, run_fingerprint, resume=True) == 0
 
 
 def test_a_score_work_directory_with_chunks_is_kept(tmp_path):
     from gaca_cli.errors import GacaError
-    from gaca_cli.lm.scoring import prepare_work_dir
+    from gaca_cli.lm.shards import prepare_work_dir
 
     work = tmp_path / "out.parquet.parts"
     work.mkdir()
@@ -208,7 +208,7 @@ def test_a_score_work_directory_with_chunks_is_kept(tmp_path):
 def test_partial_checkpoints_are_removed(tmp_path):
     """train-offline killed while saving a checkpoint leaves `step-N.tmp`; a resumed run
     removes it (complete checkpoints stay)."""
-    from gaca_cli.lm.training import CHECKPOINTS_DIR, remove_partial_checkpoints
+    from gaca_cli.lm.checkpoints import CHECKPOINTS_DIR, remove_partial_checkpoints
 
     root = tmp_path / CHECKPOINTS_DIR
     (root / "step-00000002").mkdir(parents=True)
