@@ -16,8 +16,8 @@ from gaca_cli.demo.run import DemoConfig
 @app.command()
 @config_options(DemoConfig)
 def demo(
-    out: Path | None = typer.Option(
-        None, "--out", help="Keep every intermediate file here (default: a temporary directory)."
+    output: Path | None = typer.Option(
+        None, "-o", "--output", help="Keep every intermediate file here (default: a temporary directory)."
     ),
     *,
     options: ConfigOptions[DemoConfig],
@@ -31,12 +31,12 @@ def demo(
     tabular environment; ends with `gaca inspect` of the GACA-annotated log and the quality
     table. Needs the textworld extra (pip install 'gaca-cli[textworld]').
 
-    Example: gaca demo --out runs/demo
+    Example: gaca demo -o runs/demo
     """
-    config = options.build(out=out or Path("."))  # validated before a directory is made
-    if out is not None:
-        check_output(out, directory=True, flag="--out")
-    if out is None:
+    config = options.build(out=output or Path("."))  # validated before a directory is made
+    if output is not None:
+        check_output(output, directory=True)
+    if output is None:
         import tempfile
 
         config = replace(config, out=Path(tempfile.mkdtemp(prefix="gaca-demo-")))
@@ -59,8 +59,9 @@ def demo(
         print_json(summary)
         return
     from gaca_cli.inspect.config import InspectConfig
-    from gaca_cli.inspect.data import build_view, load_annotated
-    from gaca_cli.inspect.view import render, stdout_console
+    from gaca_cli.inspect.data import load_annotated
+    from gaca_cli.inspect.terminal import render, stdout_console
+    from gaca_cli.inspect.views import build_view
     from gaca_cli.render import demo_report
 
     screen = stdout_console()

@@ -20,7 +20,7 @@ from gaca_cli.credit.summary import summarize
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
-from gaca_cli.log.checks import prepare_log
+from gaca_cli.log.checks import CheckOptions, prepare_log
 from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.reading import Log, restore_column_names
@@ -157,7 +157,7 @@ def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
     # results depends on it (sums run in value or canonical order)
     compiled = _compiled.wanted(log.table.num_rows)
     index, warnings = prepare_log(
-        log, f"advantages:{config.method}", canonical=False, anchor_warnings=False, compiled=compiled
+        log, f"advantages:{config.method}", CheckOptions.COMPILED if compiled else CheckOptions.NONE
     )
     episode_reward = None
     if C.EPISODE_REWARD in log.table.column_names:

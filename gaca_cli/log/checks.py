@@ -1,6 +1,6 @@
 """The input checks of log-schema.md, and the row index every command computes on.
 
-`inspect_log` runs every check and collects all violations (for `gaca validate`);
+`check_log` runs every check and collects all violations (for `gaca validate`);
 `prepare_log` runs the same checks and raises the first violation (for every other command).
 Both return the row index (`gaca_cli.log.index.TrajectoryIndex`): the rows of each trajectory
 in step order, built in O(N) without sorting (a row's position is its trajectory's start plus
@@ -9,6 +9,7 @@ its step).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,8 +25,18 @@ from gaca_cli.log.reading import Log
 from gaca_cli.log.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
 
+class CheckOptions(enum.Flag):
+    """How `check_log` and `prepare_log` build the row index and which warnings they count."""
+
+    NONE = 0
+    CANONICAL_ORDER = enum.auto()  # the index in canonical order, else in the file's (see TrajectoryIndex)
+    ANCHOR_WARNINGS = enum.auto()  # count the anchor warnings (else the caller does, from its step groups)
+    COMPILED = enum.auto()  # check and build the index with the compiled kernels (see `_structure_checks`)
+    DEFAULT = CANONICAL_ORDER | ANCHOR_WARNINGS
+
+
 @dataclass
-class Inspection:
+class CheckReport:
     violations: list[GacaError] = field(default_factory=list)
     warnings: dict[str, int] = field(default_factory=dict)
     index: TrajectoryIndex | None = None
@@ -76,7 +87,7 @@ def _null_rows(arr: pa.ChunkedArray) -> np.ndarray:
 _FINITE = (C.REWARD, C.EPISODE_REWARD, C.NLL_MEAN, C.NLL_SUM)
 
 
-def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
+def _column_checks(log: Log, out: CheckReport) -> tuple[set[str], bool]:
     """Presence, types, nulls and finiteness, column by column. Returns the columns that broke
     a rule (later checks leave them alone) and whether a required column is unusable.
 
@@ -162,7 +173,7 @@ class _RowIds:
 
 
 def _structure_checks(
-    log: Log, out: Inspection, bad: set[str], canonical: bool = True, compiled: bool = False
+    log: Log, out: CheckReport, bad: set[str], canonical: bool = True, compiled: bool = False
 ) -> TrajectoryIndex | None:
     """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
     trajectory; then the row index (canonical or file order, see TrajectoryIndex). `compiled`
@@ -218,7 +229,7 @@ def _structure_checks(
 
 def _trajectory_rules(  # noqa: PLR0913
     log: Log,
-    out: Inspection,
+    out: CheckReport,
     bad: set[str],
     canonical: bool,
     ids: _RowIds,
@@ -329,7 +340,7 @@ def output_column_problem(log: Log, column: str = C.ADVANTAGE, float32: bool = F
 INSPECTED_OUTPUTS = (C.RETURN_TO_GO, C.ADV_EPISODE, C.ADV_STEP, C.NLL_Z, C.GACA_WEIGHT, C.ADVANTAGE)
 
 
-def _needs_checks(log: Log, command: str, out: Inspection) -> None:
+def _needs_checks(log: Log, command: str, out: CheckReport) -> None:
     names = set(log.file_schema.names)
     for alternatives in COMMAND_NEEDS[command]:
         if not names.intersection(alternatives):
@@ -359,14 +370,12 @@ def _warnings(log: Log, index: TrajectoryIndex, bad: set[str], anchors: bool) ->
     return warnings
 
 
-def inspect_log(
-    log: Log, command: str = "validate", canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
-) -> Inspection:
-    """Run every check; collect all violations and the warnings' counts. `canonical` chooses
-    the order of the returned index (see TrajectoryIndex); `anchor_warnings=False` leaves the anchor
-    warnings to the caller (`anchor_warnings`, from step groups it computes anyway);
-    `compiled` builds the index with the compiled kernels (see `_structure_checks`)."""
-    out = Inspection()
+def check_log(log: Log, command: str = "validate", options: CheckOptions = CheckOptions.DEFAULT) -> CheckReport:
+    """Run every check; collect all violations and the warnings' counts. `options` chooses the
+    order of the returned index, whether the anchor warnings are counted here and whether the
+    compiled kernels build it (CheckOptions)."""
+    canonical, compiled = CheckOptions.CANONICAL_ORDER in options, CheckOptions.COMPILED in options
+    out = CheckReport()
     bad, fatal = _column_checks(log, out)
     _needs_checks(log, command, out)
     if command == "train-offline" and C.ADVANTAGE in log.table.column_names:
@@ -381,16 +390,16 @@ def inspect_log(
         return out
     index = _structure_checks(log, out, bad, canonical, compiled)
     if index is not None:
-        out.warnings = _warnings(log, index, bad, anchor_warnings)
+        out.warnings = _warnings(log, index, bad, CheckOptions.ANCHOR_WARNINGS in options)
         out.index = index
     return out
 
 
 def prepare_log(
-    log: Log, command: str, canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
+    log: Log, command: str, options: CheckOptions = CheckOptions.DEFAULT
 ) -> tuple[TrajectoryIndex, dict[str, int]]:
     """Run every check and raise the first violation; else return the index and warnings."""
-    result = inspect_log(log, command, canonical, anchor_warnings, compiled)
+    result = check_log(log, command, options)
     if result.violations:
         raise result.violations[0]
     assert result.index is not None

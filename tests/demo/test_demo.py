@@ -30,7 +30,7 @@ def test_demo_runs_every_stage(tmp_path):
         app,
         [
             "demo",
-            "--out",
+            "-o",
             str(out),
             "--games",
             "1",
