@@ -109,6 +109,12 @@ def test_imports_point_downward(name):
     assert not upward, f"{name} imports {upward} (imports must point downward)"
 
 
+def test_no_module_is_longer_than_700_lines():
+    """One job per module (docs/architecture.md): a longer module holds more than one."""
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text("utf-8").splitlines())) > 700}
+    assert not long, long
+
+
 def test_bottom_layer_uses_the_standard_library_only():
     for name in (n for n in MODULES if layer_of(n) == 0):
         bad = {r for r in roots(imports_of(MODULES[name])) if r not in STDLIB and r != "gaca_cli"}
