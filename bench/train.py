@@ -131,7 +131,7 @@ def plain_loop(
     from transformers import AutoModelForCausalLM
 
     from gaca_cli.lm.policy import kept_logits, logits_keep_mode
-    from gaca_cli.lm.schedule import BatchPlan, micro_batches
+    from gaca_cli.lm.training import BatchPlan, micro_batches
 
     device = device if device is not None else torch.device("cpu")
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """`gaca inspect` as a library: load an annotated log, find its trajectories and groups, and
 read the step records and recomputed advantages every view is made of (the views themselves:
-`views.py`, `overview.py`, `compare.py`; the figures' data: `plot.py`).
+`views.py`; the figures' data: `plot.py`).
 
 Every view is a JSON-ready dict (Python floats, ints, strings, bools and None; never NaN):
 the terminal view (`terminal.py`) renders it and `--json` prints it unchanged, so the two

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from gaca_cli.errors import GacaError
 from gaca_cli.lm.train_config import TrainConfig
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import output_column_problem, rows_text
+from gaca_cli.log.checks import output_column_problem, row_violation
 from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.reading import Log
@@ -67,16 +67,6 @@ class TrainData:
         for logprobs in self.behavior or []:
             h.update(np.asarray(logprobs, dtype=np.float32).tobytes())
         return h.hexdigest()[:16]
-
-
-def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
-    return GacaError(
-        rule,
-        file=log.files_of_rows(rows) if len(rows) else log.source,
-        column=log.original_name(column),
-        rows=rows_text(log.table, rows),
-        n_rows=len(rows),
-    )
 
 
 def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
@@ -140,7 +130,7 @@ def choose_behavior(
         lengths = np.where(np.isnan(lengths.astype(np.float64)), -1, lengths).astype(np.int64)
         nulls = np.flatnonzero(kept & (lengths < 0))
         if len(nulls):
-            problems.append(_row_error(log, name, "is null on steps that are trained on", index.order[nulls]))
+            problems.append(row_violation(log, name, "is null on steps that are trained on", index.order[nulls]))
             continue
         bad = np.flatnonzero(kept & (lengths != n_action))
         if len(bad):
@@ -150,7 +140,7 @@ def choose_behavior(
                 else "; score with the same tokenizer as --model"
             )
             problems.append(
-                _row_error(
+                row_violation(
                     log,
                     name,
                     f"has a different number of log-probs than the action has tokens under this tokenizer "
@@ -163,7 +153,9 @@ def choose_behavior(
         nonfinite = [i for i in np.flatnonzero(kept) if not np.all(np.isfinite(np.asarray(lists[i], dtype=np.float64)))]
         if nonfinite:
             problems.append(
-                _row_error(log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)])
+                row_violation(
+                    log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)]
+                )
             )
             continue
         if name == C.TOKEN_LOGPROBS:

@@ -53,7 +53,7 @@ def rows_text(table: pa.Table, rows: np.ndarray) -> list[str]:
     return [f"({t}, {s})" for t, s in zip(tids, steps)]
 
 
-def _violation(log: Log, column: str, rule: str, rows: np.ndarray | None = None) -> GacaError:
+def row_violation(log: Log, column: str, rule: str, rows: np.ndarray | None = None) -> GacaError:
     rows = np.asarray([], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     return GacaError(
         rule,
@@ -75,7 +75,7 @@ def _null_violation(log: Log, column: str, rows: np.ndarray) -> GacaError:
             file=lacking[0],
             column=log.original_name(column),
         )
-    return _violation(log, column, "must not be null", rows)
+    return row_violation(log, column, "must not be null", rows)
 
 
 def _null_rows(arr: pa.ChunkedArray) -> np.ndarray:
@@ -103,13 +103,13 @@ def _column_checks(log: Log, out: CheckReport) -> tuple[set[str], bool]:
         before = len(out.violations)
         if spec.name not in schema.names:
             if spec.required:
-                out.violations.append(_violation(log, spec.name, "required column is missing"))
+                out.violations.append(row_violation(log, spec.name, "required column is missing"))
                 fatal = True
             continue
         file_type = schema.field(spec.name).type
         if not spec.accepts(file_type):
             out.violations.append(
-                _violation(log, spec.name, f"type {file_type} is not usable here; expected {spec.accepted_types}")
+                row_violation(log, spec.name, f"type {file_type} is not usable here; expected {spec.accepted_types}")
             )
             bad.add(spec.name)
             fatal |= spec.required
@@ -133,14 +133,14 @@ def _column_checks(log: Log, out: CheckReport) -> tuple[set[str], bool]:
             # nulls (allowed in the NLL columns) are not offenders
             rows = np.flatnonzero(~pc.is_finite(col).fill_null(True).to_numpy(zero_copy_only=False))
             if len(rows):
-                out.violations.append(_violation(log, spec.name, "must be finite (no NaN, no ±inf)", rows))
+                out.violations.append(row_violation(log, spec.name, "must be finite (no NaN, no ±inf)", rows))
         if spec.name == C.BEHAVIOR_LOGPROBS:
             lists = contiguous_decoded(col)
             finite = pc.is_finite(pc.list_flatten(lists)).to_numpy(zero_copy_only=False)
             if not finite.all():
                 parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
                 rows = np.unique(parents[~finite])
-                out.violations.append(_violation(log, spec.name, "log-probabilities must be finite", rows))
+                out.violations.append(row_violation(log, spec.name, "log-probabilities must be finite", rows))
         if len(out.violations) > before:
             bad.add(spec.name)
 
@@ -152,7 +152,7 @@ def _column_checks(log: Log, out: CheckReport) -> tuple[set[str], bool]:
         rows = np.flatnonzero(both & (lp != ti))
         if len(rows):
             out.violations.append(
-                _violation(log, C.BEHAVIOR_LOGPROBS, "len(behavior_logprobs) must equal len(action_token_ids)", rows)
+                row_violation(log, C.BEHAVIOR_LOGPROBS, "len(behavior_logprobs) must equal len(action_token_ids)", rows)
             )
     return bad, fatal
 
@@ -209,14 +209,16 @@ def _structure_checks(
     duplicate = in_range & (occupancy[pos] > 1)
     if duplicate.any():
         out.violations.append(
-            _violation(
+            row_violation(
                 log, C.STEP_IDX, "(traj_id, step_idx) must be unique", ids.by_id_and_step(np.flatnonzero(duplicate))
             )
         )
     # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
     gap_rows = ids.by_id_and_step(np.flatnonzero(~in_range))
     if len(gap_rows):
-        out.violations.append(_violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows))
+        out.violations.append(
+            row_violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
+        )
     if duplicate.any() or len(gap_rows):
         return None
 
@@ -247,7 +249,7 @@ def _trajectory_rules(  # noqa: PLR0913
         differs = er != np.repeat(er[starts], lengths)
         if differs.any():
             out.violations.append(
-                _violation(
+                row_violation(
                     log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs])
                 )
             )
@@ -259,7 +261,7 @@ def _trajectory_rules(  # noqa: PLR0913
         early = np.flatnonzero(done & ~last)
         if len(early):
             out.violations.append(
-                _violation(
+                row_violation(
                     log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early)
                 )
             )
@@ -269,7 +271,9 @@ def _trajectory_rules(  # noqa: PLR0913
     if mixed.any():
         bad_traj = np.unique(traj_of_row[mixed])
         rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
-        out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
+        out.violations.append(
+            row_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows)
+        )
         return None
 
     return _index(canonical, ids, order, starts, lengths, traj_group)
@@ -315,24 +319,24 @@ def output_column_problem(log: Log, column: str = C.ADVANTAGE, float32: bool = F
     are float32) a value float32 would turn into ±inf; None when every row has a usable value."""
     col = contiguous_decoded(log.table.column(column))
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
-        return _violation(
+        return row_violation(
             log,
             column,
             f"type {col.type} is not usable here; expected a number (as `gaca advantages` writes)",
         )
     nulls = _null_rows(col)
     if len(nulls):
-        return _violation(log, column, "must not be null", nulls)
+        return row_violation(log, column, "must not be null", nulls)
     values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
-        return _violation(log, column, "must be finite (no NaN, no ±inf)", bad)
+        return row_violation(log, column, "must be finite (no NaN, no ±inf)", bad)
     if float32 and len(big := np.flatnonzero(np.abs(values) > np.finfo(np.float32).max)):
-        return _violation(
+        return row_violation(
             log, column, "must fit in float32 (|value| ≤ 3.4e38): train-offline computes its losses in float32", big
         )
     if column == C.GACA_WEIGHT and len(out := np.flatnonzero((values < 0) | (values > 1))):
-        return _violation(log, column, "must be a weight in [0, 1]", out)
+        return row_violation(log, column, "must be a weight in [0, 1]", out)
     return None
 
 
