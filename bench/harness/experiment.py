@@ -1,8 +1,8 @@
 """The offline-improvement experiment: does `gaca train-offline` make a policy better, and which
 advantage estimator helps most? Paired seeds, held-out games, 95 % intervals.
 
-Design (`bench/experiment.py` runs it; `gaca demo` runs a reduced version):
-* Games: key quests (`key_quests.py`): several rooms, distractor objects, one decisive step
+Design (`bench/experiment.py` runs it):
+* Games: key quests (`key_quests.py` beside this module): several rooms, distractor objects, one decisive step
   (take the key whose colour the quest names). Training games and held-out games are
   different generation seeds.
 * Start model: a tiny Llama fitted by behaviour cloning to the training games' walkthroughs
@@ -41,9 +41,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.harness import key_quests as kq
+from bench.harness.statistics import detectable_effect, mean_ci, seeds_needed
 from gaca_cli.credit.config import AdvantagesConfig, ConfigError
-from gaca_cli.demo import key_quests as kq
-from gaca_cli.demo.statistics import detectable_effect, mean_ci, seeds_needed
 
 #: progress callback: one line for people
 Say = Callable[[str], None]
