@@ -19,7 +19,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
-	$(BIN)/gaca demo --out $(OUT)
+	$(BIN)/gaca demo -o $(OUT)
 
 example: $(BIN)/.installed
 	mkdir -p $(OUT)

@@ -34,7 +34,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import typer
 
-from gaca_cli.credit.config import ConfigError, choices_of, inactive_because
+from gaca_cli.config import ConfigError, choices_of, inactive_because
 
 T = TypeVar("T")
 

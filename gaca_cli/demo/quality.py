@@ -63,10 +63,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from gaca_cli.credit.config import AdvantagesConfig, ConfigError, Norm, check_choices
+from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.credit.config import AdvantagesConfig, Norm
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 
 TRUE_ADVANTAGE = "true_advantage"  # Q^π(s, a) − V^π(s) of the logged step
 IS_PIVOTAL = "is_pivotal"  # the step was taken at a fork

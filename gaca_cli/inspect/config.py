@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gaca_cli.credit.config import METHODS, ConfigError, Method, check_choices
+from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.credit.config import METHODS, Method
 
 DEFAULT_TOP = 10  # rows of --top / rank movers of --compare when no K is given
 

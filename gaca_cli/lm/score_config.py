@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gaca_cli.credit.config import ConfigError, check_choices
+from gaca_cli.config import ConfigError, check_choices
 
 ContextSource = Literal["auto", "tokens", "prompt", "messages"]
 

@@ -13,7 +13,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from gaca_cli.credit.config import ConfigError, check_choices
+from gaca_cli.config import ConfigError, check_choices
 from gaca_cli.lm.score_config import ContextSource
 
 if TYPE_CHECKING:

@@ -289,7 +289,7 @@ def iter_parquet_rows(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(0-based row number, row as a dict) for each row of a Parquet file, read in record
     batches. A file that is not readable Parquet is a SourceError."""
-    from gaca_cli.log.io import READ_ERRORS, open_parquet
+    from gaca_cli.log.reading import READ_ERRORS, open_parquet
 
     try:
         pf = open_parquet(str(path))  # page checksums verified where the file has them

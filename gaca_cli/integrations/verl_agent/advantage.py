@@ -44,8 +44,8 @@ from gaca_cli.credit.estimators import Rollouts, gaca
 from gaca_cli.credit.run import step_groups
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
+from gaca_cli.log.checks import CheckOptions, prepare_log
+from gaca_cli.log.reading import Log
 
 __all__ = ["compute_gaca_outcome_advantage"]
 
@@ -133,7 +133,7 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     returns_to_go = _f64(step_rewards.reshape(n))
 
     log = _batch_log(returns_to_go, anchor_obs, index, traj_index, enable_similarity)
-    rows, _ = prepare_log(log, "advantages:gigpo", canonical=False, anchor_warnings=False)
+    rows, _ = prepare_log(log, "advantages:gigpo", CheckOptions.NONE)
     first_rows = rows.rows(rows.traj_start)
     if episode_stats == "trajectories" and not np.array_equal(row_score, row_score[first_rows][rows.row_traj]):
         raise GacaError(
