@@ -30,8 +30,8 @@ def validate(
 
     Example: gaca validate logs/ --map group_id=uid --for advantages:gaca
     """
-    from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.checks import check_log
+    from gaca_cli.log.reading import read_log
 
     check_command(command)
     if source_format is not None:
@@ -41,7 +41,7 @@ def validate(
         raise typer.BadParameter("reward weights need --from trl or --from swift", param_hint="'--reward-weights'")
     with user_errors():
         log = read_log(logs, column_map(column_maps))
-        result = inspect_log(log, command)
+        result = check_log(log, command)
     report = {
         "source": log.source,
         "rows": log.table.num_rows,

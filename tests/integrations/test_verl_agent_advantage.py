@@ -19,7 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gaca_cli.credit.config import AdvantagesConfig, ConfigError  # noqa: E402
+from gaca_cli.config import ConfigError  # noqa: E402
+from gaca_cli.credit.config import AdvantagesConfig  # noqa: E402
 from gaca_cli.credit.reading import read_for_advantages  # noqa: E402
 from gaca_cli.credit.run import compute_advantages  # noqa: E402
 from gaca_cli.errors import GacaError  # noqa: E402

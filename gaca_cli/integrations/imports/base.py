@@ -290,7 +290,7 @@ def iter_parquet_rows(
     """(0-based row number, row as a dict) for each row of a Parquet file, read in record
     batches. A file that is not readable Parquet is a SourceError."""
     from gaca_cli.log.decoding import ENCRYPTED, encrypted
-    from gaca_cli.log.io import READ_ERRORS, open_parquet
+    from gaca_cli.log.reading import READ_ERRORS, open_parquet
 
     if encrypted(str(path)):  # before pyarrow, which aborts the process on an encrypted column
         raise SourceError(path, None, None, ENCRYPTED)

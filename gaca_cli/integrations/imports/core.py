@@ -289,8 +289,10 @@ def run_import(
     `out` is None, only check it. A source record that does not fit the format raises a
     GacaError (nothing written); a broken schema rule is returned in `violations` (nothing
     written either)."""
-    from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import atomic_path, ctrl_c_ignored, missing_dirs, read_log, remove_empty, temporary_dir
+    from gaca_cli.files import atomic_path, missing_dirs, remove_empty, temporary_dir
+    from gaca_cli.interrupts import ctrl_c_ignored
+    from gaca_cli.log.checks import check_log
+    from gaca_cli.log.reading import read_log
 
     if format_name not in FORMATS:
         raise GacaError(f"unknown format {format_name!r}; use one of {', '.join(FORMATS)}")
@@ -315,7 +317,7 @@ def run_import(
         merged = tmp / "log.parquet"
         columns = _merge(parts, str(merged), metadata)
         log = read_log([merged], {}, columns=_checked_columns)
-        result = inspect_log(log, command)
+        result = check_log(log, command)
         violations = [_renamed(v, f"{label} (as imported)") for v in result.violations]
         steps = _max_steps(log) if not violations else 0
         summary = {

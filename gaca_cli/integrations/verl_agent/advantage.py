@@ -38,20 +38,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from gaca_cli.credit import config as cfg
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.estimators import Rollouts, gaca
 from gaca_cli.credit.run import step_groups
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
+from gaca_cli.log.checks import CheckOptions, prepare_log
+from gaca_cli.log.reading import Log
 
 __all__ = ["compute_gaca_outcome_advantage"]
 
 SOURCE = "verl-agent batch"  # what errors name as the file
 
 # verl-agent's `mode` -> gaca's --norm (mean_norm: remove_std = True)
-NORM_OF_MODE = {"mean_norm": "mean", "mean_std_norm": "std"}
+NORM_OF_MODE: dict[str, cfg.Norm] = {"mean_norm": "mean", "mean_std_norm": "std"}
 
 
 def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, then GACA's)
@@ -69,14 +70,14 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     *,
     old_log_prob: torch.Tensor,
     beta: float = 0.1,
-    nll_scope: str = "trajectory",
-    nll_reduce: str = "mean",
+    nll_scope: cfg.NllScope = "trajectory",
+    nll_reduce: cfg.NllReduce = "mean",
     lambda_min: float = 0.0,
     lambda_max: float = 1.0,
-    episode_stats: str = "steps",
-    singleton_groups: str = "raw",
-    similarity_metric: str = "difflib",
-    similarity_order: str = "rows",
+    episode_stats: cfg.EpisodeStats = "steps",
+    singleton_groups: cfg.SingletonGroups = "raw",
+    similarity_metric: cfg.SimilarityMetric = "difflib",
+    similarity_order: cfg.SimilarityOrder = "rows",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GACA's advantage of every row of a verl-agent batch, on the response tokens.
 
@@ -132,7 +133,7 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     returns_to_go = _f64(step_rewards.reshape(n))
 
     log = _batch_log(returns_to_go, anchor_obs, index, traj_index, enable_similarity)
-    rows, _ = prepare_log(log, "advantages:gigpo", canonical=False, anchor_warnings=False)
+    rows, _ = prepare_log(log, "advantages:gigpo", CheckOptions.NONE)
     first_rows = rows.rows(rows.traj_start)
     if episode_stats == "trajectories" and not np.array_equal(row_score, row_score[first_rows][rows.row_traj]):
         raise GacaError(

@@ -1,4 +1,4 @@
-"""Rich renderables for `gaca inspect` (stdout): the views of `gaca_cli/inspect/data.py` drawn as text.
+"""Rich renderables for `gaca inspect` (stdout): the views of `gaca_cli/inspect/views.py` drawn as text.
 
 Every function takes the JSON-ready dict that `--json` prints, so the terminal shows nothing
 that the JSON lacks. Colour carries meaning but is never the only carrier: advantages are
