@@ -226,13 +226,13 @@ def test_a_session_split_over_lines_is_an_error(tmp_path):
 BAD_AGENT = [
     ({"uid": None}, "field 'uid': missing: add the sample's uid when writing the record"),
     ({"response_mask": [1, 0]}, "field 'response_mask': has 2 values for 42 response_ids"),
-    ({"response_ids": [1, "x"]}, "field 'response_ids': must be a list of integers, got [1, \"x\"]"),
+    ({"response_ids": [1, "x"]}, "field 'response_ids[1]': must be an integer, got \"x\""),
     ({"response_mask": [2] * 42}, "field 'response_mask': must hold 0s and 1s, got 2 at position 0"),
     ({"response_mask": [0] * 42}, "field 'response_mask': no generated token (no 1 in the mask): no step to import"),
     ({"response_logprobs": [0.0]}, "field 'response_logprobs': has 1 values for 42 response_ids"),
     ({"reward_score": None}, "field 'reward_score': is null and the record has no 'score'"),
-    ({"extra_fields": {"tool_rewards": ["a"]}}, "field 'extra_fields.tool_rewards': must be a list of numbers"),
-    ({"extra_fields": {"tool_rewards": [10**400]}}, "field 'extra_fields.tool_rewards': is an integer of 401 digits"),
+    ({"extra_fields": {"tool_rewards": ["a"]}}, "field 'extra_fields.tool_rewards[0]': must be a number"),
+    ({"extra_fields": {"tool_rewards": [10**400]}}, "field 'extra_fields.tool_rewards[0]': is an integer of 401 digits"),
 ]
 
 

@@ -13,10 +13,14 @@ import re
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
+
+T = TypeVar("T")
 
 #: the log's columns a format fills, and `extra`: a source field of one of these names that the
 #: format does not map is kept as `source_<name>` (the core does the same for the columns the
@@ -320,31 +324,74 @@ def _bad_text(path: str | os.PathLike, batch: Any, first_row: int) -> SourceErro
     return SourceError(path, None, None, "not UTF-8 text")
 
 
-def require(record: Mapping[str, Any], key: str, file: str | os.PathLike, where: str, kinds: type | tuple) -> Any:
-    """`record[key]`, which must exist and be one of `kinds` (bool is never a number)."""
-    if not isinstance(record, Mapping):
-        raise SourceError(file, where, None, f"expected a JSON object, got {type(record).__name__}")
-    if key not in record or record[key] is None:
-        raise SourceError(file, where, key, "missing")
-    value = record[key]
-    numeric = kinds in (int, float) or (isinstance(kinds, tuple) and set(kinds) <= {int, float})
-    if not isinstance(value, kinds) or (numeric and isinstance(value, bool)):
-        names = kinds.__name__ if isinstance(kinds, type) else " or ".join(k.__name__ for k in kinds)
-        raise SourceError(file, where, key, f"must be {names}, got {json.dumps(value, default=str)[:40]}")
+def show(value: Any) -> str:
+    """A source value as an error message quotes it: JSON, at most 40 characters."""
+    return json.dumps(value, default=str)[:40]
+
+
+#: how an error names the types a declaration expects (msgspec's names -> the user's words)
+_KINDS = {"float": "a number", "int": "an integer", "str": "a string", "bool": "true or false"}
+_KINDS.update(array="a list", object="an object")
+
+
+def _kinds(names: str) -> str:
+    return " or ".join(_KINDS.get(k, k) for k in names.split(" | ") if k != "null")
+
+
+def broken(field: str, rule: str) -> ValueError:
+    """What a declaration's own check (its `__post_init__`) raises: `rule` about `field`."""
+    return ValueError(f"{field}\x1f{rule}")
+
+
+_AT = re.compile(r"(.*?)(?: - at `\$(.*)`)?", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+
+
+def _at(value: Any, path: str) -> Any:
+    """The value at `path` (msgspec's `.key[0]` notation) in `value`, None where it is absent."""
+    for key, index in _STEP.findall(path):
+        if index == "...":
+            return None
+        if key:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        else:
+            value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
     return value
 
 
-def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> float:
-    """A finite-or-not float from a JSON number (bool refused; an integer beyond a float's
-    range, ~1.8e308, is a SourceError too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SourceError(file, where, key, f"must be a number, got {json.dumps(value, default=str)[:40]}")
+def declared(kind: type[T], value: Any, file: str | os.PathLike, where: str | None, prefix: str = "") -> T:
+    """`value` (a parsed JSON record) as its declaration `kind`, a msgspec Struct (strict: no
+    string for a number, no bool for an integer); a record that does not fit is a SourceError
+    naming the field (`prefix` + its path in the record) and the rule it breaks. The one place
+    that turns a declaration's complaint into the `Error:` line."""
     try:
-        return float(value)
-    except OverflowError:
-        raise SourceError(
-            file, where, key, f"is an integer of {len(str(abs(value)))} digits, too large for a number"
-        ) from None
+        return msgspec.convert(value, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        match = _AT.fullmatch(str(exc))
+        message, path = (match[1], match[2] or "") if match else (str(exc), "")
+        got = _at(value, path)
+        if m := re.fullmatch(r"Object missing required field `(.+)`", message):
+            path, rule = f"{path}.{m[1]}", "missing"
+        elif m := re.fullmatch(r"Expected `(.+?)`, got `(.+?)`", message):
+            if not path and m[1] == "object":
+                rule = f"expected a JSON object, got {type(value).__name__}"
+            else:
+                rule = f"must be {_kinds(m[1])}, got {show(got)}"
+        elif "\x1f" in message:  # a rule the declaration states itself (broken(field, rule))
+            name, rule = message.split("\x1f", 1)
+            path = f"{path}.{name}"
+        elif message == "Number out of range" and isinstance(got, int):
+            rule = f"is an integer of {len(str(abs(got)))} digits, too large for a number"
+        else:
+            rule = message
+        field = (prefix + path.replace("[...]", "")).lstrip(".") or None
+        raise SourceError(file, where, field, rule) from None
+
+
+def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> float:
+    """A float from a JSON number (bool refused; an integer beyond a float's range, ~1.8e308,
+    is a SourceError too)."""
+    return declared(float, value, file, where, key)
 
 
 def companion_files(sources: Iterable[str | os.PathLike], companions: Sequence[str]) -> list[Path]:
