@@ -388,6 +388,16 @@ def declared(kind: type[T], value: Any, file: str | os.PathLike, where: str | No
         raise SourceError(file, where, field, rule) from None
 
 
+CHAT = "a list of chat messages ({'role': ..., 'content': ...}), each role a string"
+
+
+def chat_messages(value: Any, file: str | os.PathLike, where: str | None, key: str, rule: str = "") -> list[Any]:
+    """`value`, which must be a list of chat messages (objects with a string `role`)."""
+    if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
+        raise SourceError(file, where, key, rule or f"must be {CHAT}")
+    return value
+
+
 def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> float:
     """A float from a JSON number (bool refused; an integer beyond a float's range, ~1.8e308,
     is a SourceError too)."""

@@ -271,7 +271,10 @@ def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
         )
     lacking = [
         name
-        for name, columns in (("prompt/messages", {"prompt", "messages", "prompt_token_ids"}), ("action", {"action", "action_token_ids"}))
+        for name, columns in (
+            ("prompt/messages", {"prompt", "messages", "prompt_token_ids"}),
+            ("action", {"action", "action_token_ids"}),
+        )
         if not have & columns
     ]
     if lacking:
