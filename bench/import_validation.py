@@ -65,7 +65,9 @@ def by_hand(rec: Any) -> None:
             raise ValueError("metrics: must be a number")
     for key in ("prompt", "completion"):
         value = rec.get(key)
-        if not isinstance(value, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value):
+        if not isinstance(value, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) for m in value
+        ):
             raise ValueError(f"{key}: must be a list of chat messages")
     if not isinstance(rec.get("is_completed", True), bool):
         raise ValueError("is_completed: must be true or false")

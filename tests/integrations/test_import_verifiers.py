@@ -61,7 +61,16 @@ def test_every_rollout_field_is_mapped():
             assert "correct" not in s  # the metrics repeated at the top level are not copied twice
         assert [s["reward"] for s in steps] == [0.0] * (len(steps) - 1) + [rec["reward"]]
         assert [s["done"] for s in steps] == [False] * (len(steps) - 1) + [rec["is_completed"]]
-        assert steps[-1]["extra"] == {"info": rec["info"], "timing": rec["timing"]}
+        fields = {
+            str(i): {"tool_call_id": m["tool_call_id"]}
+            for i, m in enumerate(rec["prompt"] + rec["completion"])
+            if m.get("tool_call_id")
+        }
+        assert steps[-1]["extra"] == {
+            "info": rec["info"],
+            "timing": rec["timing"],
+            **({"message_fields": fields} if fields else {}),
+        }
         assert all("extra" not in s for s in steps[:-1])
 
 
@@ -140,7 +149,7 @@ def test_rollout_fields_named_like_columns_gaca_writes_are_kept_as_source_names(
         ({"reward": 10**400}, "reward", "is an integer of 401 digits, too large for a number"),
         ({"example_id": None}, "example_id", "missing"),
         ({"example_id": [1]}, "example_id", "must be an integer or a string"),
-        ({"completion": [{"content": "no role"}]}, "completion", "must be a list of chat messages with a role"),
+        ({"completion": [{"content": "no role"}]}, "completion", "must be a list of chat messages ({'role'"),
         ({"metrics": [1.0]}, "metrics", "must be an object"),
         ({"metrics": {"correct": "yes"}}, "metrics.correct", "must be a number"),
     ],
@@ -412,3 +421,45 @@ def test_v04_cli_bad_episode_one_error_line_and_no_output(tmp_path):
     line = error_line(gaca("import", "--from", "verifiers", run, "-o", out))
     assert "traces.jsonl: line 1: field 'traces[0].nodes[2].mask': must be as long as token_ids" in line
     assert not out.exists()
+
+
+def test_results_keyed_id_and_metadata_env_import(tmp_path):
+    """Older vf-eval outputs (most of those committed beside environments) key a rollout `id`
+    and the run's metadata `env`: both are read, the environment name is not left out."""
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = []
+    for rec in records():
+        rec = {"id": rec.pop("example_id"), **rec}
+        lines.append(json.dumps(rec))
+    (run / "results.jsonl").write_text("\n".join(lines) + "\n")
+    metadata = json.loads((RUN / "metadata.json").read_text())
+    metadata["env"] = metadata.pop("env_id")
+    (run / "metadata.json").write_text(json.dumps(metadata))
+    rows = read(run / "results.jsonl")
+    assert {r["env_id"] for r in rows} == {metadata["env"]}
+    ids = {f"{run / 'results.jsonl'}:{n}": rec["example_id"] for n, rec in enumerate(records(), start=1)}
+    assert [r["example_id"] for r in rows] == [ids[r["traj_id"]] for r in rows]  # `id` read as the example id
+    assert [r["group_id"] for r in rows] == [f"{run / 'results.jsonl'}:{r['example_id']}" for r in rows]
+    assert all("id" not in r for r in rows)
+
+
+def test_what_follows_the_last_turn_is_kept_through_advantages_and_shown(tmp_path):
+    """The fourth rollout ends with a tool result after its last assistant turn: it is the
+    last step's final_observation, carried by `gaca advantages` and shown by `inspect --traj`."""
+    last = records()[3]
+    roles = [m["role"] for m in last["completion"]]
+    tail = last["completion"][len(roles) - roles[::-1].index("assistant") :]
+    assert tail and tail[0]["role"] == "tool"
+    rows = by_traj(read(RESULTS))[f"{RESULTS}:4"]
+    assert rows[-1]["final_observation"] == "\n".join(f"{m['role']}: {m['content']}" for m in tail)
+    assert all("final_observation" not in r for r in rows[:-1])
+    log, out = tmp_path / "log.parquet", tmp_path / "adv.parquet"
+    import_json("verifiers", RESULTS, out=log)
+    res = gaca("advantages", log, "-o", out, "--method", "grpo")
+    assert res.exit_code == 0, res.output
+    kept = pq.read_table(out).to_pylist()
+    assert [r["final_observation"] for r in kept if r["traj_id"] == f"{RESULTS}:4"][-1] == rows[-1]["final_observation"]
+    res = gaca("inspect", out, "--traj", f"{RESULTS}:4")
+    assert res.exit_code == 0, res.output
+    assert "after the last step: tool:" in " ".join(res.stdout.split())

@@ -232,7 +232,10 @@ BAD_AGENT = [
     ({"response_logprobs": [0.0]}, "field 'response_logprobs': has 1 values for 42 response_ids"),
     ({"reward_score": None}, "field 'reward_score': is null and the record has no 'score'"),
     ({"extra_fields": {"tool_rewards": ["a"]}}, "field 'extra_fields.tool_rewards[0]': must be a number"),
-    ({"extra_fields": {"tool_rewards": [10**400]}}, "field 'extra_fields.tool_rewards[0]': is an integer of 401 digits"),
+    (
+        {"extra_fields": {"tool_rewards": [10**400]}},
+        "field 'extra_fields.tool_rewards[0]': is an integer of 401 digits",
+    ),
 ]
 
 

@@ -206,6 +206,27 @@ def split_chat(
             context.append(_message(m))
 
 
+def after_last_turn(messages: Sequence[Mapping[str, Any]], assistant_role: str = "assistant") -> str | None:
+    """The messages after a chat's last assistant turn (the environment's final feedback, a
+    user's closing turn, a last tool result) as the text of the `final_observation` column, one
+    `role: content` line per message; None when the chat ends with an assistant turn."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == assistant_role), default=None)
+    if last is None or last == len(messages) - 1:
+        return None
+    return "\n".join(f"{m.get('role')}: {text_of(m.get('content'))}" for m in messages[last + 1 :])
+
+
+def message_fields(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The fields of a chat's messages besides role, content and tool_calls (`tool_call_id`,
+    `name`, any other key), by position in the chat, for `extra.message_fields`."""
+    fields = {}
+    for i, m in enumerate(messages):
+        rest = {k: v for k, v in m.items() if k not in ("role", "content", "tool_calls") and v is not None}
+        if rest:
+            fields[str(i)] = rest
+    return fields
+
+
 def _utf8_error(text: str) -> int | None:
     """The position of the first byte that is not UTF-8 in `text` (read with
     `errors="surrogateescape"`, which keeps such a byte as a lone surrogate), or None."""

@@ -30,15 +30,22 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.integrations.imports.base import (
+    CHAT,
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
+    after_last_turn,
+    broken,
+    declared,
     is_scalar,
     iter_jsonl,
     keep_columns,
     located,
+    message_fields,
     number,
     read_json,
     split_chat,
@@ -109,6 +116,19 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             yield from located(_rollout_rows(path, f"line {line}", line, record, run_columns), path, f"line {line}")
 
 
+class _Rollout(msgspec.Struct):
+    """A results.jsonl line (`state_to_output`): what the rows are built from."""
+
+    reward: float
+    example_id: int | str | None = None  # `id` before verifiers 0.1.9 (?)
+    id: int | str | None = None
+    metrics: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.example_id is None and self.id is None:
+            raise broken("example_id", "missing (nor an `id`)")
+
+
 def _run_columns(path: Path) -> dict[str, Any]:
     metadata_path = path.parent / INFO.companions[0]
     if not metadata_path.is_file():
@@ -116,23 +136,15 @@ def _run_columns(path: Path) -> dict[str, Any]:
     metadata = read_json(metadata_path)
     if not isinstance(metadata, Mapping):
         raise SourceError(metadata_path, None, None, f"expected a JSON object, got {type(metadata).__name__}")
+    if "env_id" not in metadata and "env" in metadata:  # the name verifiers wrote before 0.1.9
+        metadata = {**metadata, "env_id": metadata["env"]}
     return {key: metadata[key] for key in _METADATA_COLUMNS if isinstance(metadata.get(key), str)}
 
 
 def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: dict[str, Any]) -> Iterator[dict]:
-    if not isinstance(record, Mapping):
-        raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
-    if "example_id" not in record or record["example_id"] is None:
-        raise SourceError(path, where, "example_id", "missing")
-    example_id = record["example_id"]
-    if isinstance(example_id, bool) or not isinstance(example_id, (int, str)):
-        raise SourceError(path, where, "example_id", f"must be an integer or a string, got {json.dumps(example_id)}")
-    if "reward" not in record:
-        raise SourceError(path, where, "reward", "missing")
-    reward = number(record["reward"], path, where, "reward")
-    metrics = record.get("metrics") or {}
-    if not isinstance(metrics, Mapping):
-        raise SourceError(path, where, "metrics", "must be an object of rubric function scores")
+    rollout = declared(_Rollout, record, path, where)
+    example_id = rollout.example_id if rollout.example_id is not None else rollout.id
+    reward, metrics = rollout.reward, rollout.metrics or {}
 
     common: dict[str, Any] = {
         "group_id": f"{path}:{example_id}",
@@ -148,7 +160,9 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     own, extra = split_fields(
         (key, value)
         for key, value in record.items()
-        if key not in _MAPPED and not (key in metrics and value == metrics[key])
+        if key not in _MAPPED
+        and not (key in metrics and value == metrics[key])
+        and not (key == "id" and rollout.example_id is None)
     )
     written = {*SCHEMA_COLUMNS, *common}
     common.update(keep_columns(own, path, where, written, ("metric_",)))
@@ -156,6 +170,12 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     done = completed if isinstance(completed, bool) else True
 
     steps = list(_steps(path, where, record.get("prompt"), record.get("completion")))
+    if isinstance(record.get("prompt"), list):
+        chat = [*record["prompt"], *(record.get("completion") or [])]
+        if fields := message_fields(chat):
+            extra = {**extra, "message_fields": fields}
+        if steps[-1]["action"] or len(steps) > 1:  # (a rollout without a turn keeps its chat as context)
+            steps[-1]["final_observation"] = after_last_turn(chat)
     for i, step in enumerate(steps):
         last = i == len(steps) - 1
         row = {**common, **step, "step_idx": i, "reward": reward if last else 0.0, "done": done and last}
@@ -189,7 +209,7 @@ def _steps(path: Path, where: str, prompt: Any, completion: Any) -> Iterator[dic
         if value is not None and (
             not isinstance(value, list) or not all(isinstance(m, Mapping) and "role" in m for m in value)
         ):
-            raise SourceError(path, where, field, "must be a list of chat messages with a role")
+            raise SourceError(path, where, field, f"must be {CHAT}")
     completion = [_decoded_tool_calls(m) for m in completion or []]
     prior_turns = sum(1 for m in prompt if m.get("role") == "assistant")  # few-shot turns are context
     turns = list(split_chat([*prompt, *completion]))[prior_turns:]
