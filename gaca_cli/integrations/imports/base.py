@@ -345,6 +345,16 @@ def _bad_text(path: str | os.PathLike, batch: Any, first_row: int) -> SourceErro
     return SourceError(path, None, None, "not UTF-8 text")
 
 
+def file_labels(files: Sequence[Path]) -> dict[Path, str]:
+    """Each file's path relative to the folder all the files share, without its suffix: short
+    ids that stay unique when several runs' folders are imported together."""
+    resolved = [f.resolve() for f in files]
+    if not resolved:
+        return {}
+    common = Path(os.path.commonpath([r.parent for r in resolved]))
+    return {f: r.relative_to(common).with_suffix("").as_posix() for f, r in zip(files, resolved, strict=True)}
+
+
 def show(value: Any) -> str:
     """A source value as an error message quotes it: JSON, at most 40 characters."""
     return json.dumps(value, default=str)[:40]
@@ -409,13 +419,13 @@ def declared(kind: type[T], value: Any, file: str | os.PathLike, where: str | No
         raise SourceError(file, where, field, rule) from None
 
 
-CHAT = "a list of chat messages ({'role': ..., 'content': ...}), each role a string"
+CHAT = "a list of chat messages ({'role': ..., 'content': ...})"
 
 
 def chat_messages(value: Any, file: str | os.PathLike, where: str | None, key: str, rule: str = "") -> list[Any]:
     """`value`, which must be a list of chat messages (objects with a string `role`)."""
     if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
-        raise SourceError(file, where, key, rule or f"must be {CHAT}")
+        raise SourceError(file, where, key, rule or f"must be {CHAT}, each role a string")
     return value
 
 

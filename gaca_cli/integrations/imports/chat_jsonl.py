@@ -1,15 +1,7 @@
-"""`--from chat-jsonl`: the generic case every home-grown loop can write.
-
-One JSON object per line, of either kind (a file may mix them):
-
-- a **trajectory** record: `messages`, the whole chat in OpenAI format (assistant turns
-  included), and its reward(s); it becomes one step per assistant turn, whose context is
-  everything before it;
-- a **step** record: the context (`messages` up to, not including, the policy's turn, or a
-  `prompt` string) and the `action` text; `traj_id` ties the steps of one rollout together.
-
-The field names are gaca's; `--map FIELD=SOURCE` reads another name (e.g. `--map reward=score`).
-"""
+"""`--from chat-jsonl`: the generic case every home-grown loop can write, one JSON object per
+line: a whole chat (`messages` + reward(s)), split at its assistant turns, or one step
+(`messages`/`prompt` + `action`). Field names are gaca's; `--map FIELD=SOURCE` reads another
+name. What each field becomes: docs/formats/chat-jsonl.md."""
 
 from __future__ import annotations
 

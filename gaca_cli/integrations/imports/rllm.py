@@ -1,28 +1,5 @@
-"""`--from rllm`: rLLM's saved episodes (Episode -> Trajectory -> Step), one row per Step.
-
-rLLM (rllm-org/rllm; not on the package index) saves an episode as one JSON file in two ways:
-
-- `EpisodeLogger.log_episode` (`rllm/utils/episode_logger.py`, what the trainer runs with
-  `trainer.log_episodes=true`) writes `<episode_log_dir>/episodes/<mode>_step_<n>_epoch_<e>/
-  episode_hash<task hash>_id<episode id>.json`: `training_step`, `epoch`, `episode_id`, `task`,
-  `task_hash`, `is_correct`, `termination_reason`, `metrics`, `timing` and `trajectories`
-  (`name`, `uid`, `reward`, `num_steps`, `timing`, `steps`: `observation`, `thought`,
-  `action`, `reward`, `done`, `model_response`, `chat_completions`, `timing`); newer
-  versions add `session_id` and `metadata`. `batch_summary.json` beside them is not an episode.
-- `Episode.to_dict()` (`rllm/agents/agent.py`) gives `id`, `task`, `termination_reason`,
-  `is_correct`, `trajectories` (`uid`, `name`, `task`, `reward`, `info`, `steps` with, besides
-  the fields above, `prompt_ids`, `response_ids`, `logprobs`, `model_output`, `info`,
-  `mc_return`, `advantage`, `weight_version`), `metrics` and `info`.
-
-An rLLM step is one model call: its `chat_completions` is the chat up to and including the
-model's answer, so the context is every message before the last and the action is the last.
-
-The fields not mapped are kept by level: nested ones in `extra` (`{"episode": ..., "trajectory":
-..., "step": ...}`), scalar ones as columns, a step's under its name, a trajectory's as
-`trajectory_<name>`, an episode's as `episode_<name>`; a name that is one of this format's
-columns then becomes `source_<name>`, and two fields that would still share a column are a
-SourceError naming the step and the field.
-"""
+"""`--from rllm`: rLLM's episode files (`Episode.to_dict`, one JSON document per episode), one
+row per Step of every trajectory. The fields and the versions followed: docs/formats/rllm.md."""
 
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
-"""SkyRL: its evaluation dumps, and its generator output written by `write_generator_output`.
-
-Followed: skyrl 0.4.0 (NovaSky-AI/SkyRL), `skyrl/train/generators/base.py` (`GeneratorOutput`,
-`TrajectoryID`), `skyrl/train/generators/skyrl_gym_generator.py` (`SkyRLGymGenerator.generate`,
-the step-wise rows and `is_last_step`), `skyrl/train/utils/trainer_utils.py`
-(`dump_per_dataset_eval_results`) and `skyrl/train/evaluate.py` (`evaluate`).
-
-Two kinds of JSONL record, told apart by their fields:
-
-- **eval dump** (`trainer.dump_eval_results=true`: `<export_path>/dumped_evals/<step>_evals/
-  <data_source>.jsonl`): `input_prompt` and `output_response` (decoded, special tokens kept),
-  `score` (a float, or per-token rewards), `stop_reason`, `env_class`, `env_extras`,
-  `data_source`. One line is one rollout; SkyRL writes no prompt uid, so the rollouts of one
-  prompt are those with the same `input_prompt` in one file. `aggregated_results.jsonl` holds
-  the run's metrics only and is skipped.
-- **generator output** (one line per `GeneratorOutput` row, written in the trainer by
-  `write_generator_output` below): `prompt_token_ids`, `response_ids`, `loss_masks`, `rewards`
-  (a float or per-token), `rollout_logprobs`, `stop_reasons`, `trajectory_ids`, `is_last_step`,
-  `env_metrics`, plus `uid` and `global_step`. Each run of 1s in the loss mask is one step (the
-  policy's tokens; 0s are observations and template): its context is the prompt and every
-  response token before it. Step-wise rows (one per turn) chain by `trajectory_ids`.
-"""
+"""`--from skyrl`: SkyRL's eval dumps (one line per rollout) and generator-output rows (token
+ids, loss masks, per-token or scalar rewards; step-wise rows continue a trajectory). The
+fields and the versions followed: docs/formats/skyrl.md."""
 
 from __future__ import annotations
 

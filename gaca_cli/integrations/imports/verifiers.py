@@ -1,27 +1,8 @@
-"""Prime Intellect verifiers: what `vf-eval` saves, in both layouts it has had.
-
-verifiers 0.4 (`traces.jsonl`). Followed: verifiers 0.4.0, `verifiers/v1/utils/trace_store.py`
-(`write_episode`: `Episode` dumped with pydantic, `exclude_none=True`, one JSON line per finished
-rollout) and the models it dumps: `verifiers/v1/episode.py` (`Episode`), `verifiers/v1/trace.py`
-(`Trace`, `ModelCall`, `Reward`) and `verifiers/v1/graph.py` (`MessageNode`). An episode holds
-its task, env, run and one `Trace` per agent; a trace stores its chat as a message graph: each
-node holds one message, its `parent` node, the tokens it adds to the sequence (`token_ids`), a
-`mask` (True on the model-sampled tokens) and the sampled tokens' `logprobs`. Each sampled node
-(a model turn) becomes one step whose context is the path from the root to it; its tokens
-split at the mask into the end of the prompt (template scaffold) and the action.
-
-verifiers 0.3 (`results.jsonl` + `metadata.json`). Followed: verifiers 0.3.1,
-`verifiers/legacy/utils/save_utils.py` (`state_to_output`, `save_outputs`, `save_metadata`) and
-`verifiers/legacy/types.py` (`RolloutOutput`, `GenerateMetadata`). One line is one rollout:
-`example_id`, `prompt` and `completion` (chat messages, or strings for completion
-environments), `answer`, `info`, `reward`, `metrics` (one score per rubric function, also
-repeated as top-level keys), `is_completed`, `is_truncated`, `stop_condition`, `error`,
-`timing`, `tool_defs`, `token_usage`, and the run's `state_columns`. A chat rollout becomes one
-step per assistant turn of its completion; the context of a turn is the prompt and the
-completion before it.
-
-In both, the rollouts of one example (task) in one file form an episode group.
-"""
+"""`--from verifiers`: what `vf-eval` saves: `traces.jsonl` (verifiers 0.4: episodes whose
+traces store their chat as a message graph; each sampled node is a step, its context the path
+to it) and `results.jsonl` + `metadata.json` (verifiers 0.1-0.3: one rollout per line, a step
+per assistant turn). In both, the rollouts of one example in one file form an episode group.
+The fields and the versions followed: docs/formats/verifiers.md."""
 
 from __future__ import annotations
 

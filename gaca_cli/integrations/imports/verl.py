@@ -1,47 +1,11 @@
-"""`--from verl`: verl's rollout dumps (`trainer.rollout_data_dir`, `trainer.validation_data_dir`)
-and its agent loop's per-trajectory outputs.
-
-Followed: verl 0.9.1.
-
-**Rollout dumps.** `RayPPOTrainer._log_rollout_data` (verl/trainer/ppo/ray_trainer.py) decodes the
-training batch and `_write_generations` writes `<rollout_data_dir>/<global_step>.jsonl`, one JSON
-object per sample:
-
-    {"input": ..., "output": ..., "gts": ..., "score": ..., "step": ..., <reward extra info>...}
-
-- `input`, `output`: the prompt and the response, decoded with `skip_special_tokens=True`;
-- `gts`: `reward_model.ground_truth` of the sample (any JSON value, or null);
-- `score`: the sum of the sample's `token_level_scores` (its reward);
-- `step`: the trainer's global step;
-- then every reward-extra-info list of the batch's length (`acc`, `pred`..., and the agent
-  loop's `request_id`).
-
-`validation_data_dir` files are written by the same function (`_validate`; their extra info holds
-`reward`, a copy of the scores). The rows of a step are in the batch's order after
-`_balance_batch`, which reorders them, and verl writes no group id: a group is the samples of one
-`input` in one file (one file is one step). The TransferQueue trainer
-(verl/trainer/ppo/v1/trainer_base.py, `PPOTrainer._log_rollout_data`) adds `uid`, its sample key
-`{uid}_{session}_{index}`: `uid` the prompt (the group), `session` one of its `rollout.n` samples
-(the trajectory), `index` the output of a multi-output agent loop (the step), rows sorted by it.
-Each output of a session carries the session's final score (`_agent_loop_postprocess` copies
-it), so the score is the reward of the session's last output and the others get 0.
-
-**Agent-loop trajectories.** verl keeps its agent loop's `AgentLoopOutput`
-(verl/experimental/agent_loop/agent_loop.py) in memory only; docs/formats/verl.md shows the few
-lines that write each one as a JSON line: `output.model_dump(mode="json")` plus the sample's `uid`
-(and `step`). One record holds `prompt_ids`, `response_ids`, `response_mask` (1 for the tokens
-the model generated, 0 for tool responses), `response_logprobs`, `reward_score` and
-`extra_fields` (`turn_scores`, `tool_rewards` from the tool agent loop). Each run of 1s in
-`response_mask` is one step: its tokens are the action, everything before them the context.
-The outcome `reward_score` is the last step's reward; `turn_scores` and `tool_rewards` add to
-the reward of the turn they follow when there is one value per turn, or one per turn but the
-last (the turn that ended the episode); otherwise they stay in `extra`.
-"""
+"""`--from verl`: verl's rollout dumps (`trainer.rollout_data_dir`: one sample per line, the
+TransferQueue trainer's `{uid}_{session}_{index}` keys as multi-step sessions) and agent-loop
+trajectories (`AgentLoopOutput` lines: each run of 1s in `response_mask` is a step). The
+fields and the versions followed: docs/formats/verl.md."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +19,7 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     broken,
     declared,
+    file_labels,
     is_scalar,
     iter_jsonl,
     keep_columns,
@@ -118,16 +83,6 @@ INFO = FormatInfo(
         "input": "input, kept as its own column (`--map prompt=input` to score it: no special tokens)",
     },
 )
-
-
-def _labels(files: Sequence[Path]) -> dict[Path, str]:
-    """Each file's path relative to the folder all the files share, without `.jsonl`: short ids
-    that stay unique when several dump folders (rollout, validation, runs) are imported together."""
-    if not files:
-        return {}
-    resolved = [f.resolve() for f in files]
-    common = Path(os.path.commonpath([r.parent for r in resolved]))
-    return {f: r.relative_to(common).with_suffix("").as_posix() for f, r in zip(files, resolved, strict=True)}
 
 
 class _Dump(msgspec.Struct):
@@ -366,7 +321,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     """One row per step, file by file, line by line. A file's first record says which kind the
     file is: an agent-loop trajectory when it has `response_mask`, a rollout dump otherwise. One
     import takes files of one kind (dump rows have text, agent-loop rows token ids)."""
-    labels = _labels(files)
+    labels = file_labels(files)
     kinds: dict[str, Path] = {}
     for path in files:
         lines = iter_jsonl(path)

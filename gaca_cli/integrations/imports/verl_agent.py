@@ -1,15 +1,6 @@
 """`--from verl-agent`: the files `gaca_cli.integrations.verl_agent.export_rollout` writes from
-verl-agent's rollout loop (Parquet or JSONL, one file per call).
-
-verl-agent's own outputs lack what gaca needs: its training batch has `uid`, `traj_uid`,
-`anchor_obs` and per-step `rewards`, but no step counter, and it is padded, reordered and
-balanced before anything could be written; it writes no rollout file. The exporter writes each
-step as a gaca row before that (see its module and docs/formats/verl-agent.md), so this reader
-only checks each row's fields and types and passes every column through.
-
-Followed: verl-agent, agent_system/multi_turn_rollout/rollout_loop.py
-(`TrajectoryCollector.vanilla_multi_turn_loop`, `gather_rollout_data`, `multi_turn_loop`).
-"""
+verl-agent's rollout loop (Parquet or JSONL): gaca rows already, so each row's fields and types
+are checked and every column passed through. See docs/formats/verl-agent.md."""
 
 from __future__ import annotations
 
