@@ -42,10 +42,9 @@ def claims(fmt: str) -> tuple[dict, str]:
 def imported(fmt: str, tmp_path: Path) -> list[Path]:
     """The fixtures of `fmt`, each imported to a log."""
     if fmt == "verl-agent":  # its files are written by gaca's exporter: write some
+        from gaca_cli.integrations.verl_agent import export_rollout
         from tests.integrations.test_verl_agent_export import _rollout
         from tests.lm.tiny_models import build_tokenizer
-
-        from gaca_cli.integrations.verl_agent import export_rollout
 
         sources = [[export_rollout(tmp_path, *_rollout(build_tokenizer(), "numpy"), file_format="jsonl")]]
     else:
