@@ -304,3 +304,25 @@ def test_gaca_import_from_verl_bad_input_writes_nothing(tmp_path):
     line = error_line(gaca("import", "--from", "verl", src, "-o", out))
     assert "2.jsonl: line 5: field 'score': must be a number" in line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["rollout"]
+
+
+VERSIONS = Path(__file__).parents[1] / "data" / "verl" / "versions"
+
+
+@pytest.mark.parametrize(
+    ("folder", "kept", "absent"),
+    [
+        ("0.5.0", {"acc", "pred", "request_id"}, {"gts"}),  # verl before 0.6 writes no gts
+        ("0.9.1-no-ground-truth", set(), {"gts", "acc", "pred"}),  # gts null on every line, no extra info
+    ],
+)
+def test_dumps_with_and_without_gts_and_extra_info(tmp_path, folder, kept, absent):
+    """No column is made up: a dump without ground truths has no `gts` column, and the summary
+    names what is missing (the prompt: `input` is kept under its name), not the action it has."""
+    out = tmp_path / "out.parquet"
+    summary = import_json("verl", VERSIONS / folder, out=out)
+    columns = set(pq.read_table(out).column_names)
+    assert kept <= columns and not absent & columns, columns
+    assert {"action", "input"} <= columns and "gts" not in summary["kept"]
+    assert any(note.startswith("no prompt/messages (text or token ids)") for note in summary["missing"])
+    assert not any("action" in note for note in summary["missing"])

@@ -148,7 +148,7 @@ def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, lin
     """One dump record as a one-step row (the v1 session fields are set by the caller)."""
     dump = declared(_Dump, record, path, where)
     own, nested = _kept(record, frozenset({INPUT, OUTPUT, SCORE, STEP, GTS, UID}), path, where)
-    if GTS in record:  # a dump of a dataset without ground truths has none: no column is made up
+    if record.get(GTS) is not None:  # verl < 0.6 writes none, later verl null without a ground truth
         (own if is_scalar(record[GTS]) else nested)[GTS] = record[GTS]
     digest = hashlib.sha1(dump.input.encode("utf-8")).hexdigest()[:12]
     row: dict[str, Any] = {
