@@ -423,25 +423,29 @@ def test_v04_cli_bad_episode_one_error_line_and_no_output(tmp_path):
     assert not out.exists()
 
 
-def test_results_keyed_id_and_metadata_env_import(tmp_path):
-    """Older vf-eval outputs (most of those committed beside environments) key a rollout `id`
-    and the run's metadata `env`: both are read, the environment name is not left out."""
-    run = tmp_path / "run"
-    run.mkdir()
-    lines = []
-    for rec in records():
-        rec = {"id": rec.pop("example_id"), **rec}
-        lines.append(json.dumps(rec))
-    (run / "results.jsonl").write_text("\n".join(lines) + "\n")
-    metadata = json.loads((RUN / "metadata.json").read_text())
-    metadata["env"] = metadata.pop("env_id")
-    (run / "metadata.json").write_text(json.dumps(metadata))
-    rows = read(run / "results.jsonl")
-    assert {r["env_id"] for r in rows} == {metadata["env"]}
-    ids = {f"{run / 'results.jsonl'}:{n}": rec["example_id"] for n, rec in enumerate(records(), start=1)}
-    assert [r["example_id"] for r in rows] == [ids[r["traj_id"]] for r in rows]  # `id` read as the example id
-    assert [r["group_id"] for r in rows] == [f"{run / 'results.jsonl'}:{r['example_id']}" for r in rows]
-    assert all("id" not in r for r in rows)
+VERSIONS = Path(__file__).parents[1] / "data" / "verifiers" / "versions"
+
+
+@pytest.mark.parametrize("release", ["0.1.5", "0.1.14", "0.2.1"])
+def test_each_release_lines_results_import(tmp_path, release):
+    """results.jsonl + metadata.json as each release line's own saving code wrote them
+    (tests/data/verifiers/versions): 0.1.0-0.1.5 key a rollout `id` (i // rollouts_per_example
+    over rollout-major results: not the example) and the run `env`; later ones `example_id` and
+    `env_id`. Every release: two groups of two, the environment named, nothing after the last
+    turn lost."""
+    results = VERSIONS / release / "results.jsonl"
+    out = tmp_path / "out.parquet"
+    summary = import_json("verifiers", results, out=out)
+    rows = pq.read_table(out).to_pylist()
+    assert summary["trajectories"] == 4 and summary["groups"] == 2
+    assert {r["env_id"] for r in rows} == {"math-tools"} and {r["model"] for r in rows} == {"tiny-model"}
+    groups: dict[str, set[str]] = {}
+    for r in rows:
+        groups.setdefault(r["group_id"], set()).add(r["messages"][1]["content"])
+    assert sorted(map(sorted, groups.values())) == [["What is 17*23?"], ["What is 2+3?"]]  # one question each
+    cut = [r for r in rows if r.get("final_observation")]
+    assert [r["final_observation"] for r in cut] == ["tool: 374"] and cut[0]["done"] is not None
+    assert ("id" in rows[0]) == (release == "0.1.5") and ("example_id" in rows[0]) == (release != "0.1.5")
 
 
 def test_what_follows_the_last_turn_is_kept_through_advantages_and_shown(tmp_path):

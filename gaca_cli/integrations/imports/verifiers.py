@@ -6,6 +6,7 @@ The fields and the versions followed: docs/formats/verifiers.md."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -67,7 +68,9 @@ INFO = FormatInfo(
         " 0.3 info, timing, error, tool_defs, token_usage",
     },
     derived={
-        "group_id": "file + task (0.4: episode group id, else task key/hash, and agent name; 0.3: example_id)",
+        "final_observation": "0.1-0.3: the messages after the last assistant turn, one `role: content` line each",
+        "group_id": "file + task (0.4: episode group id, else task key/hash, and agent name; 0.1.6-0.3: example_id;"
+        " 0.1.0-0.1.5: a hash of the prompt)",
         "traj_id": "file:line (0.4: file:line:trace index)",
         "step_idx": "the sampled nodes (0.4) / assistant turns (0.3) of a trajectory, in order",
         "reward": "the episode reward on the last step, 0.0 on the others",
@@ -101,13 +104,13 @@ class _Rollout(msgspec.Struct):
     """A results.jsonl line (`state_to_output`): what the rows are built from."""
 
     reward: float
-    example_id: int | str | None = None  # `id` before verifiers 0.1.9 (?)
-    id: int | str | None = None
+    example_id: int | str | None = None
+    id: int | str | None = None  # verifiers 0.1.0-0.1.5: i // rollouts_per_example, not the example
     metrics: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.example_id is None and self.id is None:
-            raise broken("example_id", "missing (nor an `id`)")
+            raise broken("example_id", "missing (nor verifiers 0.1's `id`)")
 
 
 def _run_columns(path: Path) -> dict[str, Any]:
@@ -117,23 +120,20 @@ def _run_columns(path: Path) -> dict[str, Any]:
     metadata = read_json(metadata_path)
     if not isinstance(metadata, Mapping):
         raise SourceError(metadata_path, None, None, f"expected a JSON object, got {type(metadata).__name__}")
-    if "env_id" not in metadata and "env" in metadata:  # the name verifiers wrote before 0.1.9
+    if "env_id" not in metadata and "env" in metadata:  # the name verifiers 0.1.0-0.1.5 wrote
         metadata = {**metadata, "env_id": metadata["env"]}
     return {key: metadata[key] for key in _METADATA_COLUMNS if isinstance(metadata.get(key), str)}
 
 
 def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: dict[str, Any]) -> Iterator[dict]:
     rollout = declared(_Rollout, record, path, where)
-    example_id = rollout.example_id if rollout.example_id is not None else rollout.id
     reward, metrics = rollout.reward, rollout.metrics or {}
-
-    common: dict[str, Any] = {
-        "group_id": f"{path}:{example_id}",
-        "traj_id": f"{path}:{line}",
-        "episode_reward": reward,
-        "example_id": example_id,
-        **run_columns,
-    }
+    common: dict[str, Any] = {"traj_id": f"{path}:{line}", "episode_reward": reward, **run_columns}
+    if rollout.example_id is not None:
+        common.update(group_id=f"{path}:{rollout.example_id}", example_id=rollout.example_id)
+    else:  # 0.1.0-0.1.5 number the rollouts i // r in rollout-major order: the prompt names the example
+        task = json.dumps(record.get("prompt"), sort_keys=True).encode("utf-8")
+        common["group_id"] = f"{path}:{hashlib.blake2b(task, digest_size=8).hexdigest()}"
     for name, value in metrics.items():
         common[f"metric_{name}"] = None if value is None else number(value, path, where, f"metrics.{name}")
     # the other fields (not mapped, nor a metric repeated at the top level); one named like a
@@ -141,9 +141,7 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     own, extra = split_fields(
         (key, value)
         for key, value in record.items()
-        if key not in _MAPPED
-        and not (key in metrics and value == metrics[key])
-        and not (key == "id" and rollout.example_id is None)
+        if key not in _MAPPED and not (key in metrics and value == metrics[key])
     )
     written = {*SCHEMA_COLUMNS, *common}
     common.update(keep_columns(own, path, where, written, ("metric_",)))
