@@ -16,7 +16,7 @@ renderers, ...). What writes the files:
   save block builds a `datasets.Dataset` (`id`, printable `prompt` / `completion`, `task`,
   timings, `info`, `answer`, `reward`, one column per rubric function) and writes it with
   `Dataset.to_json`, and `metadata.json` with `env`, `model`, averages.
-- 0.1.6 and later (0.1.14, 0.2.1): `state_to_output` -> `save_outputs`, and
+- 0.1.14 and 0.2.1: `state_to_output` -> `save_outputs`, and
   `GenerateOutputsBuilder` -> `save_metadata`, from `verifiers/utils/save_utils.py`.
 """
 
@@ -119,7 +119,7 @@ def with_eval_script() -> None:
 
 
 def with_save_utils() -> None:
-    """0.1.6 and later: state_to_output, save_outputs, GenerateOutputsBuilder, save_metadata."""
+    """0.1.14, 0.2.1: state_to_output, save_outputs, GenerateOutputsBuilder, save_metadata."""
     from verifiers.types import RolloutTiming, State
     from verifiers.utils.save_utils import GenerateOutputsBuilder, save_metadata, save_outputs, state_to_output
 
