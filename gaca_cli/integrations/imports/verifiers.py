@@ -225,24 +225,57 @@ def _spread(
             extra[f"{prefix}{key}"] = value
 
 
-def _object(value: Any, path: Path, where: str, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise SourceError(path, where, field, f"must be an object, got {json.dumps(value, default=str)[:40]}")
-    return value
+class _Reward(msgspec.Struct):
+    score: float
+    weight: float = 1.0
 
 
-def _list(value: Any, path: Path, where: str, field: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise SourceError(path, where, field, f"must be a list, got {json.dumps(value, default=str)[:40]}")
-    return value
+class _Message(msgspec.Struct):
+    role: str
+
+
+class _Node(msgspec.Struct):
+    """A MessageNode (verifiers/v1/graph.py)."""
+
+    message: _Message
+    parent: int | None = None
+    token_ids: list[int] = []
+    mask: list[bool] = []
+    logprobs: list[float] = []
+    sampled: bool | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.mask) != len(self.token_ids):
+            raise broken("mask", "must be as long as token_ids")
+        if self.sampled and self.message.role != "assistant":
+            raise broken("message", f"a sampled node must be an assistant message, got {self.message.role!r}")
+
+
+class _Trace(msgspec.Struct):
+    nodes: list[_Node] = []
+    rewards: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    agent: dict[str, Any] = {}
+    calls: list[dict[str, Any]] = []
+    verifiers: dict[str, Any] = {}
+
+
+class _Episode(msgspec.Struct):
+    """An Episode line of traces.jsonl (verifiers/v1/episode.py): what the rows are built from."""
+
+    task: dict[str, Any]
+    traces: list[_Trace]
+    env: dict[str, Any] | None = None
+    run: dict[str, Any] | None = None
+    group: dict[str, Any] | None = None
 
 
 def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator[dict]:
     """The rows of one `Episode` line: one trajectory per trace."""
     where = f"line {line}"
-    task = _object(episode.get("task"), path, where, "task")
-    data = _object(task.get("data", {}), path, where, "task.data")
-    traces = _list(episode["traces"], path, where, "traces")
+    declared(_Episode, episode, path, where)
+    task, traces = episode["task"], episode["traces"]
+    data = declared(dict[str, Any], task.get("data", {}), path, where, "task.data")
 
     columns: dict[str, Any] = {}
     extra: dict[str, Any] = {}  # the episode's nested fields, on the last row of its last trace
@@ -254,7 +287,7 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
         extra["task_data"] = {k: data[k] for k in clashes}
     for key, prefix in (("env", "env_"), ("run", "run_"), ("group", "episode_group_")):
         if episode.get(key) is not None:
-            _spread(_object(episode[key], path, where, key), prefix, columns, extra, frozenset())
+            _spread(episode[key], prefix, columns, extra, frozenset())
     skip = frozenset({"task", "traces", "env", "run", "group"})
     _spread({k: v for k, v in episode.items() if k not in skip}, "episode_", columns, extra, frozenset())
     group = columns.get("episode_group_id") or task.get("key") or task.get("hash")
@@ -266,7 +299,6 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
         row.update(messages=[], action="", reward=0.0, done=False)
         yield {**row, "extra": extra} if extra else row
     for t, trace in enumerate(traces):
-        trace = _object(trace, path, where, f"traces[{t}]")
         last_extra = extra if t == len(traces) - 1 else {}
         yield from _trace_rows(
             path, where, f"traces[{t}]", f"{path}:{line}:{t}", str(group), trace, task, columns, last_extra
@@ -275,49 +307,26 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
 
 def _rewards(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
     """Trace.reward (the sum of score x weight over the rewards that ran) and the columns."""
-    rewards = _object(trace.get("rewards", {}), path, where, f"{field}.rewards")
     total = 0.0
     columns: dict[str, Any] = {}
-    for name, reward in rewards.items():
+    for name, value in trace.get("rewards", {}).items():
+        reward = declared(_Reward | None, value, path, where, f"{field}.rewards.{name}")
         if reward is None:  # scoring did not run
             columns[f"reward_{name}"] = columns[f"reward_weight_{name}"] = None
             continue
-        reward = _object(reward, path, where, f"{field}.rewards.{name}")
-        if "score" not in reward:
-            raise SourceError(path, where, f"{field}.rewards.{name}.score", "missing")
-        score = number(reward["score"], path, where, f"{field}.rewards.{name}.score")
-        weight = number(reward.get("weight", 1.0), path, where, f"{field}.rewards.{name}.weight")
-        columns[f"reward_{name}"], columns[f"reward_weight_{name}"] = score, weight
-        total += score * weight
-    metrics = _object(trace.get("metrics", {}), path, where, f"{field}.metrics")
-    for name, value in metrics.items():
+        columns[f"reward_{name}"], columns[f"reward_weight_{name}"] = reward.score, reward.weight
+        total += reward.score * reward.weight
+    for name, value in trace.get("metrics", {}).items():
         columns[f"metric_{name}"] = None if value is None else number(value, path, where, f"{field}.metrics.{name}")
     return total, columns
 
 
 def _checked_nodes(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    nodes = _list(trace.get("nodes", []), path, where, f"{field}.nodes")
+    nodes = trace.get("nodes", [])
     for i, node in enumerate(nodes):
-        at = f"{field}.nodes[{i}]"
-        node = _object(node, path, where, at)
-        message = node.get("message")
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise SourceError(path, where, f"{at}.message", "must be a chat message with a role")
-        parent = node.get("parent")
-        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < i):
-            raise SourceError(path, where, f"{at}.parent", f"must be the index of an earlier node, got {parent!r}")
-        for key in ("token_ids", "mask", "logprobs"):
-            values = node.get(key, [])
-            kinds: tuple[type, ...] = {"token_ids": (int,), "mask": (bool,), "logprobs": (int, float)}[key]
-            if not isinstance(values, list) or not all(
-                isinstance(v, kinds) and (key == "mask" or not isinstance(v, bool)) for v in values
-            ):
-                raise SourceError(path, where, f"{at}.{key}", f"must be a list of {kinds[-1].__name__}s")
-        if len(node.get("mask", [])) != len(node.get("token_ids", [])):
-            raise SourceError(path, where, f"{at}.mask", "must be as long as token_ids")
-        if node.get("sampled") is True and message["role"] != "assistant":
+        if (parent := node.get("parent")) is not None and not 0 <= parent < i:
             raise SourceError(
-                path, where, f"{at}.message", f"a sampled node must be an assistant message, got {message['role']!r}"
+                path, where, f"{field}.nodes[{i}].parent", f"must be the index of an earlier node, got {parent!r}"
             )
     return nodes
 
@@ -336,24 +345,14 @@ def _trace_rows(
     """One row per sampled node of one trace; the context of a row is its node's graph path."""
     nodes = _checked_nodes(path, where, field, trace)
     reward, reward_columns = _rewards(path, where, field, trace)
-    agent = _object(trace.get("agent", {}), path, where, f"{field}.agent")
-    calls = [
-        _object(c, path, where, f"{field}.calls[{i}]")
-        for i, c in enumerate(_list(trace.get("calls", []), path, where, f"{field}.calls"))
-    ]
+    agent, calls = trace.get("agent", {}), trace.get("calls", [])
 
     common: dict[str, Any] = {**episode_columns, "episode_reward": reward, **reward_columns}
     trace_extra: dict[str, Any] = {}
     skip = frozenset({"nodes", "calls", "rewards", "metrics", "agent", "verifiers", "task", "id", "version"})
     _spread({k: v for k, v in trace.items() if k not in skip}, "", common, trace_extra, frozenset())
     common["trace_id"], common["trace_version"] = trace.get("id"), trace.get("version")
-    _spread(
-        _object(trace.get("verifiers", {}), path, where, f"{field}.verifiers"),
-        "verifiers_",
-        common,
-        trace_extra,
-        frozenset(),
-    )
+    _spread(trace.get("verifiers", {}), "verifiers_", common, trace_extra, frozenset())
     _spread(agent, "agent_", common, trace_extra, frozenset())
     if trace.get("task", task) != task:
         trace_extra["trace_task"] = trace["task"]
