@@ -13,14 +13,12 @@ import re
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-
-T = TypeVar("T")
 
 #: the log's columns a format fills, and `extra`: a source field of one of these names that the
 #: format does not map is kept as `source_<name>` (the core does the same for the columns the
@@ -390,8 +388,8 @@ def _at(value: Any, path: str) -> Any:
     return value
 
 
-def declared(kind: type[T], value: Any, file: str | os.PathLike, where: str | None, prefix: str = "") -> T:
-    """`value` (a parsed JSON record) as its declaration `kind`, a msgspec Struct (strict: no
+def declared(kind: Any, value: Any, file: str | os.PathLike, where: str | None, prefix: str = "") -> Any:
+    """`value` (a parsed JSON record) as its declaration `kind`, a msgspec Struct or type (strict: no
     string for a number, no bool for an integer); a record that does not fit is a SourceError
     naming the field (`prefix` + its path in the record) and the rule it breaks. The one place
     that turns a declaration's complaint into the `Error:` line."""

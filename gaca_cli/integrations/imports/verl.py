@@ -278,7 +278,7 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
     own, nested = _kept(record, consumed, path, where, drop_null=True)  # AgentLoopOutput's unset fields
     if extra_fields:
         nested[EXTRA_FIELDS] = extra_fields
-    last, outcome = len(runs) - 1, loop.reward_score if loop.reward_score is not None else loop.score
+    last, outcome = len(runs) - 1, float(loop.reward_score if loop.reward_score is not None else loop.score or 0.0)
     prompt_ids, response_ids = loop.prompt_ids, loop.response_ids
     for k, (start, end) in enumerate(runs):
         reward = sum(values[k] for values in per_step.values()) + (outcome if k == last else 0.0)
