@@ -70,7 +70,7 @@ INFO = FormatInfo(
     derived={
         "final_observation": "0.1-0.3: the messages after the last assistant turn, one `role: content` line each",
         "group_id": "file + task (0.4: episode group id, else task key/hash, and agent name; 0.1.6-0.3: example_id;"
-        " 0.1.0-0.1.5: a hash of the prompt)",
+        " 0.1.0-0.1.5: a hash of prompt, answer and info)",
         "traj_id": "file:line (0.4: file:line:trace index)",
         "step_idx": "the sampled nodes (0.4) / assistant turns (0.3) of a trajectory, in order",
         "reward": "the episode reward on the last step, 0.0 on the others",
@@ -131,8 +131,9 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     common: dict[str, Any] = {"traj_id": f"{path}:{line}", "episode_reward": reward, **run_columns}
     if rollout.example_id is not None:
         common.update(group_id=f"{path}:{rollout.example_id}", example_id=rollout.example_id)
-    else:  # 0.1.0-0.1.5 number the rollouts i // r in rollout-major order: the prompt names the example
-        task = json.dumps(record.get("prompt"), sort_keys=True).encode("utf-8")
+    else:  # 0.1.0-0.1.5 number the rollouts i // r in rollout-major order: the inputs name the example
+        inputs = [record.get(k) for k in ("prompt", "answer", "info")]
+        task = json.dumps(inputs, sort_keys=True, default=str).encode("utf-8")
         common["group_id"] = f"{path}:{hashlib.blake2b(task, digest_size=8).hexdigest()}"
     for name, value in metrics.items():
         common[f"metric_{name}"] = None if value is None else number(value, path, where, f"metrics.{name}")
