@@ -467,6 +467,8 @@ def trajectory_record(a: AnnotatedLog, t: int) -> dict:
         "adv_episode": None if adv_e is None else finite_float(adv_e[positions[0]]),
         "critical_steps": [s["step"] for s in steps if s["critical"]],
         "steps": steps,
+        # what the chat held after the last step (gaca import's final_observation), when logged
+        "final_observation": _texts(a, "final_observation", positions[-1:])[0],
     }
 
 

@@ -521,6 +521,8 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
         for step in traj["steps"]:
             table.add_row(_step_cells(step, cols, view["lambda_bar"], drop), style="bold" if step["critical"] else None)
         parts += [Text(), _traj_header(traj), table]
+        if traj.get("final_observation"):
+            parts.append(Text(f"after the last step: {traj['final_observation']}", style="dim"))
     parts.append(_legend(view, drop, sizes="size" in cols, critical="z" in cols))
     return Group(*parts)
 

@@ -269,8 +269,16 @@ def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
         notes.append(
             f"no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; use --method grpo, {route}"
         )
-    if not have & {"prompt", "messages", "prompt_token_ids"} or not have & {"action", "action_token_ids"}:
-        notes.append("no prompt/messages or action (text or token ids): gaca score and train-offline cannot run")
+    lacking = [
+        name
+        for name, columns in (
+            ("prompt/messages", {"prompt", "messages", "prompt_token_ids"}),
+            ("action", {"action", "action_token_ids"}),
+        )
+        if not have & columns
+    ]
+    if lacking:
+        notes.append(f"no {' or '.join(lacking)} (text or token ids): gaca score and train-offline cannot run")
     if "behavior_logprobs" not in have:
         notes.append("no behavior_logprobs: gaca's criticality needs `gaca score` first")
     if steps_per_traj <= 1:
