@@ -19,7 +19,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
-	$(BIN)/gaca demo --out $(OUT)
+	$(BIN)/gaca demo -o $(OUT)
 
 example: $(BIN)/.installed
 	mkdir -p $(OUT)
@@ -33,11 +33,13 @@ test: $(BIN)/.installed
 test-slow: $(BIN)/.installed
 	$(BIN)/python -m pytest -n 2 -q -m slow
 
-# the developer loop: formatting, lint rules and types, configured in pyproject.toml
+# the developer loop: formatting, lint rules and types, configured in pyproject.toml; the README's
+# option tables against the commands' configs (`python -m gaca_cli.cli.option_tables` rewrites them)
 lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/python -m gaca_cli.cli.option_tables --check
 
 format: $(BIN)/.installed
 	$(BIN)/ruff format .

@@ -135,7 +135,7 @@ def child_held(log_path: str, out_path: str, method: str) -> dict:
     from gaca_cli.credit.config import AdvantagesConfig
     from gaca_cli.credit.reading import columns_read
     from gaca_cli.credit.run import compute_advantages, gc_paused
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     try:
         from gaca_cli.credit._compiled import warm_up
@@ -360,7 +360,7 @@ def agreement(rows: int, data_dir: Path) -> list[tuple[str, str, float, bool]]:
 
     from gaca_cli.credit.config import AdvantagesConfig
     from gaca_cli.credit.run import compute_advantages
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     path = synth.ensure_log(rows, data_dir=data_dir)
     table = pq.read_table(path)

@@ -23,7 +23,7 @@ scores GiGPO's step signal alone (not a method of the tool).
 
 --regime-map sweeps one factor at a time around the default (group size N at a fixed budget
 of rollouts, slip rate, horizon, γ, β) and prints, per setting, the paired difference
-Δ grad cos = GACA − GiGPO with its 95 % interval over seeds (gaca_cli/demo/regimes.py); it
+Δ grad cos = GACA − GiGPO with its 95 % interval over seeds (bench/harness/regimes.py); it
 writes bench/results/regime_map.json and, with matplotlib, regime_map.png.
 """
 
@@ -159,7 +159,7 @@ def main() -> int:
 
 
 def regime_main(args: argparse.Namespace) -> int:
-    from gaca_cli.demo.regimes import RegimeConfig, regime_map, regime_markdown
+    from bench.harness.regimes import RegimeConfig, regime_map, regime_markdown
 
     config = RegimeConfig(seeds=(0, 1, 2) if args.quick else tuple(range(args.first_seed, args.first_seed + 8)))
     if args.quick:

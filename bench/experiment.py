@@ -4,7 +4,7 @@ Paired seeds (every method of a seed starts from the same behaviour-cloned model
 the same games with the same sampling seeds), training and held-out key quests, methods
 start / filtered-bc / grpo / gigpo / gaca / gaca:1, K offline iterations of
 collect → advantages → train-offline → collect, with one shared update for all methods.
-The design and the statistics are in gaca_cli/demo/experiment.py and statistics.py;
+The design and the statistics are in bench/harness/experiment.py and statistics.py;
 docs/evidence.md has the results and what they show.
 
 Prints, per split, mean success per iteration with 95 % Student-t intervals over seeds, and
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gaca_cli.demo.experiment import (  # noqa: E402
+from bench.harness.experiment import (  # noqa: E402
     SPLITS,
     ExperimentConfig,
     ExperimentResult,

@@ -278,7 +278,7 @@ def gaca(
     log_path: Path, model_dir: Path, loaded, out: Path, max_batch_tokens: int, dtype: str = "fp32", share: bool = True
 ):
     from gaca_cli.lm.scoring import ScoreConfig, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     config = ScoreConfig(
         model=str(model_dir),

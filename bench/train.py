@@ -9,7 +9,7 @@ tokens), same AdamW, clipping and schedule-free constant lr. Three loops:
 - plain (full logits): what one writes first — padded batch with an attention mask, logits at
   every position, log_softmax over [B, L, V], gather at the action tokens;
 - plain (action logits): the same loop with `logits_to_keep` at the action positions only (a
-  boolean mask, or on older transformers the positions: `gaca_cli.lm.training.kept_logits`), no
+  boolean mask, or on older transformers the positions: `gaca_cli.lm.policy.kept_logits`), no
   attention mask (gaca's forward): it isolates gaca's bookkeeping from its forward trick;
 - gaca train-offline (the library call the command makes), timed per optimiser step from its
   metrics.jsonl (`step_s`), and end to end (load, tokenise, train, save).
@@ -17,7 +17,7 @@ tokens), same AdamW, clipping and schedule-free constant lr. Three loops:
 Each loop first runs `--warmup` optimiser steps that are not timed (the first forwards of a
 process are several times slower), then `--steps` timed ones; the loops alternate for
 `--repeats` rounds and the table shows the median. The ratio is against the plain
-full-logits loop; overhead = 1 − gaca / plain(action logits).
+full-logits loop; overhead = 1 − gaca / contiguous_decoded(action logits).
 
 Devices and precision (`--device cpu | cuda`, `--dtype fp32 | bf16`), like for like: gaca gets
 them through its TrainConfig as `gaca train-offline --device/--dtype` would; it loads the model
@@ -130,7 +130,8 @@ def plain_loop(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from gaca_cli.lm.training import BatchPlan, kept_logits, logits_keep_mode, micro_batches
+    from gaca_cli.lm.policy import kept_logits, logits_keep_mode
+    from gaca_cli.lm.training import BatchPlan, micro_batches
 
     device = device if device is not None else torch.device("cpu")
     torch.manual_seed(0)
@@ -194,7 +195,7 @@ def gaca_loop(log_path: Path, model_dir: Path, config, work: Path, steps: int, w
     import torch
 
     from gaca_cli.lm.training import train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     device = device if device is not None else torch.device("cpu")
     out = work / "gaca-out"
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from gaca_cli.lm.training import TrainConfig
+    from gaca_cli.lm.train_config import TrainConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -300,9 +301,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         # the data exactly as gaca builds it, for the baselines
         from gaca_cli.lm.models import load_tokenizer
-        from gaca_cli.lm.training import build_train_data
+        from gaca_cli.lm.train_data import build_train_data
         from gaca_cli.log.checks import prepare_log
-        from gaca_cli.log.io import read_log
+        from gaca_cli.log.reading import read_log
 
         log = read_log([log_path])
         index, _ = prepare_log(log, "train-offline")

@@ -15,8 +15,8 @@ warm disk.
 
 The splice never decodes the columns it copies; those the command did not read (prompts,
 observations) it reads back from the output before renaming it into place, so that a damaged
-page is an error and not a broken output (`check_copied_columns` in gaca_cli/credit/
-writing.py). `--carried-text` adds such a column (a copy of anchor_obs named `observation`)
+page is an error and not a broken output (`check_copied_columns` in gaca_cli/log/writing.py,
+called by gaca_cli/credit/writing.py). `--carried-text` adds such a column (a copy of anchor_obs named `observation`)
 to the log, and the "read-back s" column shows the part of the splice's time that check took.
 
 The house rule this measures (our own code must earn its place by >= 2x on a figure users
@@ -75,7 +75,7 @@ def child(log_path: str, out_path: str, method: str) -> dict:
         finally:
             check_s[0] += time.perf_counter() - t
 
-    writing.check_copied_columns = timed_check
+    writing.check_copied_columns = timed_check  # the name write_annotated calls
     config = AdvantagesConfig(method=method)
     with gc_paused():  # as the command runs it
         log = read_for_advantages([log_path], {}, config)

@@ -20,7 +20,7 @@ from gaca_cli.errors import GacaError
 from gaca_cli.integrations.arrays import compute_advantages as compute_advantages
 from gaca_cli.integrations.arrays import options_config
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import Log, apply_column_map
+from gaca_cli.log.reading import Log, apply_column_map
 
 #: how an in-memory input is named in errors (GacaError.file)
 TABLE_NAMES = {"arrow": "<pyarrow.Table>", "polars": "<polars.DataFrame>", "pandas": "<pandas.DataFrame>"}
@@ -55,7 +55,7 @@ def _arrow(data: Any, kind: str) -> pa.Table:
 
 
 def _log(data: Any, kind: str, column_map: Mapping[str, str] | None) -> Log:
-    from gaca_cli.log.io import read_log as read
+    from gaca_cli.log.reading import read_log as read
 
     if kind == "paths":
         return read(_paths(data), column_map)
@@ -64,14 +64,14 @@ def _log(data: Any, kind: str, column_map: Mapping[str, str] | None) -> Log:
 
 def memory_log(table: pa.Table, column_map: Mapping[str, str] | None, name: str) -> Log:
     """A log held in memory (no file): the table with `column_map` (NEW -> OLD) applied."""
-    from gaca_cli.log.io import _typed_nulls
+    from gaca_cli.log.widening import typed_nulls
 
     if table.num_rows == 0:
         raise GacaError("the log has no rows", file=name)
     mapped, renamed = apply_column_map(table.replace_schema_metadata(None), dict(column_map or {}), name)
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"gaca.")}
     rows = np.array([table.num_rows], dtype=np.int64)
-    return Log(table=_typed_nulls(mapped), files=(name,), file_row_ends=rows, metadata=meta, renamed=renamed)
+    return Log(table=typed_nulls(mapped), files=(name,), file_row_ends=rows, metadata=meta, renamed=renamed)
 
 
 def read_log(paths: str | os.PathLike | Sequence[str | os.PathLike], column_map: Mapping[str, str] | None = None):
@@ -120,7 +120,7 @@ def advantages(data: Any, *, method: str, column_map: Mapping[str, str] | None =
 def annotated(run: AdvantagesRun, paths: Sequence[str | os.PathLike], column_map: Mapping[str, str] | None) -> pa.Table:
     """The table `gaca advantages` writes for a run on files: every column of the files."""
     from gaca_cli.credit.writing import annotated_table, output_metadata, with_stored_time_zones
-    from gaca_cli.log.io import read_log as read
+    from gaca_cli.log.reading import read_log as read
 
     full = read(paths, column_map) if run.log.partial else run.log
     table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
@@ -133,18 +133,18 @@ def validate(data: Any, *, command: str = "validate", column_map: Mapping[str, s
     """Every broken rule of the log schema in `data` (a table, DataFrame or paths), as the
     GacaErrors `gaca validate` prints (`file`, `column`, `rule`, `rows`, `n_rows`); empty when
     the log is clean. `command` also checks what a command needs ("advantages:gaca", "score")."""
-    return inspect(data, command, column_map)[1].violations
+    return check(data, command, column_map)[1].violations
 
 
-def inspect(data: Any, command: str, column_map: Mapping[str, str] | None):
-    """(the log, its Inspection): what `validate` and `gaca validate` report."""
-    from gaca_cli.log.checks import inspect_log
+def check(data: Any, command: str, column_map: Mapping[str, str] | None):
+    """(the log, its CheckReport): what `validate` and `gaca validate` report."""
+    from gaca_cli.log.checks import check_log
     from gaca_cli.log.schema import COMMAND_NEEDS
 
     if command not in COMMAND_NEEDS:
         raise ValueError(f"command={command!r} is not valid; use one of {', '.join(COMMAND_NEEDS)}")
     log = _log(data, _kind(data), column_map)
-    return log, inspect_log(log, command)
+    return log, check_log(log, command)
 
 
 def import_logs(

@@ -158,17 +158,36 @@ def _warning_lines(warnings: dict[str, int]) -> list[str]:
 
 def demo_report(summary: dict) -> Group:
     """The end of `gaca demo`: success per method and iteration, and the quality table."""
-    success, quality = summary["success"], summary["quality"]
+    from gaca_cli.demo.run import Z_975, wilson_interval
+
+    success, quality, n = summary["success"], summary["quality"], summary["rollouts"]
     parts: list = []
-    parts.append(Text("TextWorld success rate per iteration (0 = the start model)", style="italic"))
+    parts.append(
+        Text(
+            f"TextWorld success rate per iteration (0 = the start model), of {n} rollouts each [95 % Wilson interval]",
+            style="italic",
+        )
+    )
     loop = Table(box=None)
     loop.add_column("method", style="bold")
     k = max((len(v) for v in success.values()), default=0)
     for i in range(k):
         loop.add_column(f"iter {i}", justify="right")
     for method, curve in success.items():
-        loop.add_row(method, *(f"{x:.3f}" for x in curve))
+        cells = []
+        for x in curve:
+            low, high = wilson_interval(round(x * n), n)
+            cells.append(f"{x:.3f} [{low:.2f}, {high:.2f}]")
+        loop.add_row(method, *cells)
     parts.append(loop)
+    parts.append(
+        Text(
+            f"At {n} rollouts two rates closer than about {Z_975 * (0.5 / n) ** 0.5:.2f} can differ by chance "
+            "alone: this table shows the loop running end to end, not which estimator is better. "
+            "The table below compares the estimators against exact advantages.",
+            style="dim",
+        )
+    )
     from gaca_cli.demo.quality import SCORE_HEADERS
 
     shown = ("spearman_pivotal", "sign_pivotal", "spearman_slips", "sign_slips", "gradient_cosine")

@@ -40,11 +40,11 @@ def main() -> None:
     import sys
     import warnings
 
-    from gaca_cli.cli.common import is_interruption, remember_ctrl_c, unreported_ctrl_c
+    from gaca_cli.interrupts import NOTHING_WRITTEN, ignore_ctrl_c, is_interruption, remember_ctrl_c, unreported_ctrl_c
 
     warnings.formatwarning = _warning_line
     remember_ctrl_c()
-    interrupted = "interrupted; nothing was written"  # a Ctrl-C before a command can say more
+    interrupted = f"interrupted; {NOTHING_WRITTEN}"  # a Ctrl-C before a command can say more
     try:
         app()
     except SystemExit as exc:
@@ -66,16 +66,4 @@ def main() -> None:
         )
         sys.exit(BUG_EXIT_STATUS)
     finally:
-        _ignore_ctrl_c()
-
-
-def _ignore_ctrl_c() -> None:
-    """The command has finished (its output in place, or its error reported): a Ctrl-C while
-    the interpreter shuts down (torch's and pyarrow's finalizers can take a moment) would
-    only print a KeyboardInterrupt traceback from their code, so it is ignored from here on."""
-    import signal
-
-    try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: nothing to do
-        pass
+        ignore_ctrl_c()

@@ -12,7 +12,7 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     rich_markup_mode=None,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

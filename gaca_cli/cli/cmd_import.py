@@ -37,7 +37,7 @@ RewardWeightsOption = typer.Option(
 def import_options(source_format: str, field_maps: list[str], reward_weights: str | None):
     """The format options, refused with a usage error that names the flag."""
     from gaca_cli.integrations.imports.base import ImportOptions
-    from gaca_cli.log.io import parse_column_map
+    from gaca_cli.log.reading import parse_column_map
 
     weights = None
     if reward_weights is not None:

@@ -49,19 +49,20 @@ def inspect_command(
                 f"{', '.join('.' + f for f in formats if f != 'png')})",
                 param_hint="'--plot'",
             )
-    from gaca_cli.inspect.data import build_view, load_annotated, plot_data
+    from gaca_cli.inspect.data import load_annotated
+    from gaca_cli.inspect.views import build_view
 
     with user_errors():
         annotated = load_annotated([str(p) for p in logs], mapping)
         view = build_view(annotated, config)
         if plot is not None:
-            from gaca_cli.inspect.plot import save_figure
+            from gaca_cli.inspect.plot import plot_data, save_figure
 
             save_figure(plot_data(annotated, config), plot)
     if as_json:
         print_json(view)
     else:
-        from gaca_cli.inspect.view import print_paged, render, stdout_console
+        from gaca_cli.inspect.terminal import print_paged, render, stdout_console
 
         print_paged(stdout_console(), render(view, wide=wide), use_pager=pager)
     if plot is not None:

@@ -12,13 +12,12 @@ from gaca_cli.cli.common import (
     MapOption,
     column_map,
     err_console,
-    is_interruption,
     output_path,
-    report_interruption,
     show_summary,
     user_errors,
 )
 from gaca_cli.cli.options import ConfigOptions, config_options
+from gaca_cli.interrupts import is_interruption, report_interruption
 from gaca_cli.lm.score_config import ScoreConfig
 
 
@@ -45,8 +44,9 @@ def score(
     config = options.build()
     out = output_path(logs, output, "scored")
     from gaca_cli.cli.progress import ProgressBar, ScoreProgress
-    from gaca_cli.lm.scoring import distributed_from_env, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.lm.scoring import run_score
+    from gaca_cli.lm.shards import distributed_from_env
+    from gaca_cli.log.reading import read_log
     from gaca_cli.render import score_summary
 
     with user_errors(), distributed_from_env() as (rank, world, barrier, agree):
@@ -69,13 +69,13 @@ def score(
                 bar.stop()
                 kept = None  # rank 0 says what is kept
                 if rank == 0:
-                    from gaca_cli.lm.scoring import work_dir_for
+                    from gaca_cli.lm.shards import work_dir_for
 
                     parts = work_dir_for(out)
                     if any(parts.glob("*.parquet")):
                         kept = f"finished chunks are kept in {parts}/: continue with the same command and --resume"
                     else:  # only the manifest: nothing worth resuming
-                        from gaca_cli.log.io import discard_dir
+                        from gaca_cli.files import discard_dir
 
                         discard_dir(parts, out)
                         kept = "no chunk was finished, so nothing is kept"

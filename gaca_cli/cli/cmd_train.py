@@ -14,12 +14,11 @@ from gaca_cli.cli.common import (
     check_output,
     column_map,
     err_console,
-    is_interruption,
-    report_interruption,
     show_summary,
     user_errors,
 )
 from gaca_cli.cli.options import ConfigOptions, config_options
+from gaca_cli.interrupts import is_interruption, report_interruption
 from gaca_cli.lm.train_config import TrainConfig
 
 
@@ -54,17 +53,19 @@ def train_offline(
     """
     config = options.build()
     from gaca_cli.cli.progress import ProgressBar, train_event
-    from gaca_cli.lm.training import check_out_dir, train
-    from gaca_cli.log.io import read_log, same_or_inside
+    from gaca_cli.files import same_or_inside
+    from gaca_cli.lm.checkpoints import check_out_dir
+    from gaca_cli.lm.training import train
+    from gaca_cli.log.reading import read_log
     from gaca_cli.render import train_summary
 
+    if (clash := same_or_inside(output, logs)) is not None:  # first: exit 2, as other commands' -o
+        raise typer.BadParameter(f"{output} would overwrite or fall inside the input {clash}", param_hint="'-o'")
     check_output(output, directory=True)
     try:
         check_out_dir(output, resume)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'-o'") from None
-    if (clash := same_or_inside(output, logs)) is not None:
-        raise typer.BadParameter(f"{output} would fall inside the input {clash}", param_hint="'-o'")
     with user_errors():
         log = read_log(logs, column_map(column_maps))
         with ProgressBar(err_console(), enabled=os.environ.get("RANK", "0") == "0") as bar:

@@ -30,7 +30,7 @@ def validate(
 
     Example: gaca validate logs/ --map group_id=uid --for advantages:gaca
     """
-    from gaca_cli.api import inspect
+    from gaca_cli.api import check
 
     check_command(command)
     if source_format is not None:
@@ -39,7 +39,7 @@ def validate(
     if reward_weights is not None:
         raise typer.BadParameter("reward weights need --from trl or --from swift", param_hint="'--reward-weights'")
     with user_errors():
-        log, result = inspect(logs, command, column_map(column_maps))
+        log, result = check(logs, command, column_map(column_maps))
     report = {
         "source": log.source,
         "rows": log.table.num_rows,

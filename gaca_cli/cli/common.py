@@ -8,11 +8,12 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import typer
 
 from gaca_cli.errors import GacaError
+from gaca_cli.interrupts import NOTHING_WRITTEN, is_interruption, report_interruption
 
 MapOption = typer.Option(
     [],
@@ -31,7 +32,7 @@ def err_console():
 
 
 @contextmanager
-def user_errors(interrupted: str = "nothing was written") -> Iterator[None]:
+def user_errors(interrupted: str = NOTHING_WRITTEN) -> Iterator[None]:
     """Turn data/model errors into one `Error:` line and exit status 1, and a Ctrl-C into one
     line saying what is kept (`interrupted`) and exit status 130. Any other exception is a
     bug and keeps its traceback."""
@@ -46,75 +47,8 @@ def user_errors(interrupted: str = "nothing was written") -> Iterator[None]:
         report_interruption(interrupted)
 
 
-def report_interruption(kept: str | None) -> NoReturn:
-    """Ctrl-C: one line saying what is kept (None: another process says it), exit status 130."""
-    global _ctrl_c_reported
-    if kept is not None:
-        typer.echo(f"interrupted; {kept}", err=True)
-    _ctrl_c_reported = True
-    raise typer.Exit(130)
-
-
-#: what a command raises on purpose to end with a status or a usage error
-_OUR_EXITS = (typer.Exit, typer.Abort, typer.exceptions.TyperException)
-_ctrl_c_seen = False
-_ctrl_c_reported = False
-
-
-def unreported_ctrl_c() -> bool:
-    """A Ctrl-C arrived and no line said so (it landed before or after a command's own
-    handling: typer exits 130 silently, or the Ctrl-C escaped it)."""
-    return _ctrl_c_seen and not _ctrl_c_reported
-
-
-def remember_ctrl_c() -> None:
-    """From here on a Ctrl-C is remembered as well as raised. Libraries can swallow the
-    KeyboardInterrupt: one that lands in llvmlite's ctypes callback while numba compiles or
-    loads a kernel is printed as "Exception ignored" and dropped, and numba then fails with an
-    error of its own ("no compiled object yet"). So an exception after a Ctrl-C counts as the
-    interruption (`is_interruption`), and the dropped KeyboardInterrupt is not printed. A process
-    started with Ctrl-C ignored (a shell's background job) keeps ignoring it."""
-    import signal
-
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return
-
-    def on_ctrl_c(signum, frame):
-        global _ctrl_c_seen
-        _ctrl_c_seen = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_ctrl_c)
-    print_unraisable = sys.unraisablehook
-
-    def unraisable(info) -> None:
-        if not isinstance(info.exc_value, KeyboardInterrupt):
-            print_unraisable(info)
-
-    sys.unraisablehook = unraisable
-
-
-def is_interruption(exc: BaseException) -> bool:
-    """A Ctrl-C, or an error it caused: one that lands while numba loads a compiled kernel
-    comes out as a SystemError raised from the KeyboardInterrupt, and after one that a
-    library swallowed (see `remember_ctrl_c`) any error counts. Not the exits a command
-    raises on purpose (typer.Exit(130) after its own message, usage errors)."""
-    if isinstance(exc, _OUR_EXITS):
-        return False
-    if _ctrl_c_seen:
-        return True
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return True
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return False
-
-
 def column_map(items: Sequence[str]) -> dict[str, str]:
-    from gaca_cli.log.io import parse_column_map
+    from gaca_cli.log.reading import parse_column_map
 
     try:
         return parse_column_map(items)
@@ -126,7 +60,7 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str, also_r
     """-o if given, else `<stem>.<suffix>.parquet` beside a single input file. Refuses to
     overwrite an input (or a file in `also_read`, which the command reads besides) or to write
     inside an input directory."""
-    from gaca_cli.log.io import same_or_inside
+    from gaca_cli.files import same_or_inside
 
     if output is None:
         if len(inputs) != 1 or Path(inputs[0]).is_dir() or any(c in str(inputs[0]) for c in "*?["):
@@ -153,7 +87,7 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str, also_r
 def check_output(output: Path, directory: bool = False, flag: str = "-o") -> None:
     """Refuse, before any work, an output (given with `flag`) that cannot be written: one
     `Error:` line, exit 1."""
-    from gaca_cli.log.io import unwritable_reason
+    from gaca_cli.files import unwritable_reason
 
     reason = unwritable_reason(output, directory)
     if reason is not None:

@@ -10,10 +10,13 @@ gives `--beta FLOAT` with that help and default. The rest follows from the field
   `short` adds a one-letter alias (`-m`), `metavar` names the value in the help;
 - a field without a default is a required option;
 - a bool that defaults to True is `--name/--no-name`, one that defaults to False is `--name`;
-- a `tuple[str, ...]` is given as a comma-separated list (`--compare grpo,gaca`);
-- int and float values that do not parse are usage errors that quote the value.
+- a field typed `Literal[...]` is a choice: `--help` and shell completion list its values;
+- a `tuple[str, ...]` (or of a `Literal`) is given as a comma-separated list (`--compare grpo,gaca`);
+- int and float values that do not parse are usage errors that quote the value;
+- metadata `default_text` is the default shown where the value would not say it (`norm`: None).
 
-Validation stays in the config's `__post_init__`, which raises `ConfigError(field, message)`;
+Validation stays in the config's `__post_init__` (choices too: `check_choices`, for library
+callers), which raises `ConfigError(field, message)`;
 `ConfigOptions.build` turns it into a usage error (exit status 2) naming the field's flag.
 An option that acts only with some value of another (`--beta` only with `--method gaca`) says
 so in its metadata, `only: (other field, its values)` or `(other field, "given")`; given on
@@ -31,7 +34,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 import typer
 
-from gaca_cli.credit.config import ConfigError, inactive_because
+from gaca_cli.config import ConfigError, choices_of, inactive_because
 
 T = TypeVar("T")
 
@@ -71,7 +74,7 @@ def _number_parser(kind: type, default: object) -> Callable[[Any], Any]:
 
 
 def _is_str_tuple(hint: Any) -> bool:
-    return typing.get_origin(hint) is tuple and typing.get_args(hint) == (str, ...)
+    return typing.get_origin(hint) is tuple and (typing.get_args(hint) == (str, ...) or bool(choices_of(hint)))
 
 
 def _number_kind(hint: Any) -> type | None:
@@ -94,9 +97,12 @@ def _parameter(field: dataclasses.Field, hint: Any) -> inspect.Parameter:
         hint = str | None
         if default is not ...:
             default = ",".join(default) or None
+    elif choices := choices_of(hint):  # typer offers the choices; the config's check words the refusal
+        extra["parser"] = lambda text: next((c for c in choices if str(c) == str(text)), text)
     elif (kind := _number_kind(hint)) is not None:
         extra["parser"] = _number_parser(kind, default)
-    option = typer.Option(*decls, help=meta["help"], metavar=meta.get("metavar"), **extra)
+    show = meta.get("default_text", True)
+    option = typer.Option(*decls, help=meta["help"], metavar=meta.get("metavar"), show_default=show, **extra)
     return inspect.Parameter(
         field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[hint, option]
     )
@@ -163,6 +169,7 @@ def config_options(config_class: type[T]) -> Callable[[Callable[..., Any]], Call
             return command(options=ConfigOptions(config_class, values), **given)
 
         run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.config_class = config_class  # type: ignore[attr-defined]  # for option_tables
         run.__annotations__ = {p.name: p.annotation for p in params}
         return run
 

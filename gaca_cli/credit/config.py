@@ -4,35 +4,10 @@ fields with a help text are the command's options) and their validation."""
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import asdict, dataclass, field
 
-
-class ConfigError(ValueError):
-    """An invalid configuration value; `field` names the offending parameter (the command line
-    reports it as a usage error naming that field's option)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(message)
-
-
-def inactive_because(config: object, name: str) -> str | None:
-    """When the option `name` of a config dataclass does nothing with its other options (its
-    field metadata `only`: (other field, its values) or (other field, "given")): what it needs,
-    e.g. "--method gaca"; None when it acts, or acts always."""
-    from dataclasses import fields
-
-    f = next(g for g in fields(config) if g.name == name)  # type: ignore[arg-type]
-    if "only" not in f.metadata:
-        return None
-    other, wanted = f.metadata["only"]
-    value = getattr(config, other)
-    flag = "--" + other.replace("_", "-")
-    if wanted == "given":
-        default = next(g.default for g in fields(config) if g.name == other)  # type: ignore[arg-type]
-        return None if value != default else f"{flag} is given"
-    return None if value in wanted else f"{flag} {' or '.join(wanted)}"
-
+from gaca_cli.config import ConfigError, check_choices
 
 EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
 
@@ -40,85 +15,81 @@ EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
 Z_STD_FLOOR = 1e-8  # z_t = 0 where the scope's population std is below this
 
 
-METHODS = ("grpo", "gigpo", "gaca")
-
-
-NORMS = ("std", "mean")
-
-
-EPISODE_STATS = ("trajectories", "steps")
-
-
-NLL_SCOPES = ("trajectory", "group", "batch")
-
-
-NLL_REDUCES = ("mean", "sum")
-
-
-SIMILARITY_METRICS = ("lcs", "difflib")
-
-
-SIMILARITY_ORDERS = ("sorted", "rows")
-
-
-SINGLETON_GROUPS = ("zero", "raw")
+Method = typing.Literal["grpo", "gigpo", "gaca"]
+METHODS: tuple[Method, ...] = typing.get_args(Method)  # the keys of estimators.ESTIMATORS (a test checks it)
+Norm = typing.Literal["std", "mean"]
+EpisodeStats = typing.Literal["trajectories", "steps"]
+SimilarityMetric = typing.Literal["lcs", "difflib"]
+SimilarityOrder = typing.Literal["sorted", "rows"]
+SingletonGroups = typing.Literal["zero", "raw"]
+NllScope = typing.Literal["trajectory", "group", "batch"]
+NllReduce = typing.Literal["mean", "sum"]
 
 
 @dataclass(frozen=True)
 class AdvantagesConfig:
     """Every parameter of `gaca advantages`; the defaults are the spec's."""
 
-    method: str = field(default="gaca", metadata={"help": f"Estimator: {' | '.join(METHODS)}.", "short": "-m"})
+    method: Method = field(default="gaca", metadata={"help": "The estimator.", "short": "-m"})
     gamma: float = field(default=0.95, metadata={"help": "Discount γ of the return-to-go G_t."})
-    norm: str | None = field(  # None: the method's default (grpo: std; gigpo, gaca: mean)
-        default=None, metadata={"help": "std | mean (default: std for grpo, mean for gigpo and gaca)."}
+    norm: Norm | None = field(  # None: the method's default
+        default=None,
+        metadata={
+            "help": "Normalise by std, or only subtract the mean, at both levels.",
+            "default_text": "std (grpo), mean (gigpo, gaca)",
+        },
     )
     step_weight: float = field(
         default=1.0, metadata={"only": ("method", ("gigpo", "gaca")), "help": "ω: weight of the step-level signal."}
     )
-    episode_stats: str = field(
-        default="trajectories", metadata={"help": "Episode statistics over: trajectories | steps."}
+    episode_stats: EpisodeStats = field(
+        default="trajectories",
+        metadata={"help": "Episode mean/std over trajectories, or over step rows (`steps`, as verl-agent)."},
     )
     anchor_similarity: float | None = field(
         default=None,
         metadata={
             "only": ("method", ("gigpo", "gaca")),
-            "help": "θ in (0, 1): merge anchors with 2·LCS/(|a|+|b|) ≥ θ (default: exact equality).",
+            "help": "θ in (0, 1): merge anchors with 2·LCS/(|a|+|b|) ≥ θ.",
+            "default_text": "exact",
         },
     )
-    similarity_metric: str = field(
+    similarity_metric: SimilarityMetric = field(
         default="lcs",
         metadata={
             "only": ("anchor_similarity", "given"),
-            "help": "Similarity of --anchor-similarity: lcs (2·LCS/(|a|+|b|)) | difflib (SequenceMatcher ratio, as verl-agent).",
+            "help": "Similarity of --anchor-similarity: 2·LCS/(|a|+|b|), or `difflib` (SequenceMatcher ratio, as verl-agent).",
         },
     )
-    similarity_order: str = field(
+    similarity_order: SimilarityOrder = field(
         default="sorted",
         metadata={
             "only": ("anchor_similarity", "given"),
-            "help": "Order --anchor-similarity clusters anchors in: sorted (texts sorted) | rows (first row in the file, as verl-agent).",
+            "help": "The order anchors are clustered in: texts sorted, or `rows` (first row first, as verl-agent).",
         },
     )
-    singleton_groups: str = field(
+    singleton_groups: SingletonGroups = field(
         default="zero",
         metadata={
-            "help": "A^E of an episode group of one (one row with --episode-stats steps, as verl-agent counts): "
-            "zero | raw (mean 0, std 1: its own return, as verl-agent)."
+            "help": "A^E of an episode group of one (of one row with --episode-stats steps, as verl-agent counts): "
+            "0, or `raw` (its own return, as verl-agent)."
         },
     )
-    epsilon: float = field(default=EPS, metadata={"help": "ε in norm(x) = (x − mean) / (std + ε)."})
+    epsilon: float = field(default=EPS, metadata={"help": "ε in (x − mean)/(std + ε)."})
     beta: float = field(
         default=0.1,
-        metadata={"only": ("method", ("gaca",)), "help": "β: how strongly NLL moves λ away from ω/(1+ω) (gaca)."},
+        metadata={"only": ("method", ("gaca",)), "help": "β: how strongly NLL moves λ away from λ̄ = ω/(1+ω)."},
     )
-    nll_scope: str = field(
+    nll_scope: NllScope = field(
         default="trajectory",
-        metadata={"only": ("method", ("gaca",)), "help": "Standardise NLL within: trajectory | group | batch."},
+        metadata={"only": ("method", ("gaca",)), "help": "Standardise NLL within trajectory, group or batch."},
     )
-    nll_reduce: str = field(
+    nll_reduce: NllReduce = field(
         default="mean",
-        metadata={"only": ("method", ("gaca",)), "help": "Criticality u_t: mean (nats/token) | sum (nats)."},
+        metadata={
+            "only": ("method", ("gaca",)),
+            "help": "Criticality = NLL per token (`mean`, nats/token) or total (`sum`, nats).",
+        },
     )
     lambda_min: float = field(default=0.0, metadata={"only": ("method", ("gaca",)), "help": "Lower clip of λ_t."})
     lambda_max: float = field(default=1.0, metadata={"only": ("method", ("gaca",)), "help": "Upper clip of λ_t."})
@@ -127,20 +98,7 @@ class AdvantagesConfig:
         def bad(name: str, value: object, use: str) -> None:
             raise ConfigError(name, f"{name} = {value!r} is not valid; use {use}")
 
-        choices = {
-            "method": METHODS,
-            "episode_stats": EPISODE_STATS,
-            "nll_scope": NLL_SCOPES,
-            "nll_reduce": NLL_REDUCES,
-            "similarity_metric": SIMILARITY_METRICS,
-            "similarity_order": SIMILARITY_ORDERS,
-            "singleton_groups": SINGLETON_GROUPS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                bad(name, getattr(self, name), " | ".join(allowed))
-        if self.norm is not None and self.norm not in NORMS:
-            bad("norm", self.norm, "std | mean")
+        check_choices(self)
         if not (math.isfinite(self.gamma) and 0.0 <= self.gamma <= 1.0):
             bad("gamma", self.gamma, "a discount in [0, 1], e.g. 0.95")
         if not (math.isfinite(self.step_weight) and self.step_weight >= 0.0):

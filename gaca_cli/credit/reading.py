@@ -14,7 +14,7 @@ from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import StreamedAnchors
-from gaca_cli.log.io import READ_ERRORS, Log, expand_inputs, read_log
+from gaca_cli.log.reading import READ_ERRORS, Log, expand_inputs, read_log
 
 #: An anchor column estimated to take more memory than this (as polars holds it) is left on
 #: disk; a smaller one is read and held. Holding is faster (one read instead of two) but costs

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -20,10 +20,10 @@ from gaca_cli.credit.summary import summarize
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.grouping import plain
+from gaca_cli.log.checks import CheckOptions, prepare_log
+from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log, restore_column_names
 
 
 @contextlib.contextmanager
@@ -75,8 +75,6 @@ class AdvantagesRun:
     def table(self) -> pa.Table:
         """Every column read (original names; the tool's own earlier columns replaced) plus
         the method's columns."""
-        from gaca_cli.credit.writing import annotated_table
-
         return annotated_table(self.log.table, self.log.renamed, self.new_columns, self.log.source)
 
 
@@ -115,7 +113,7 @@ def criticality(log: Log, config: AdvantagesConfig) -> tuple[np.ndarray, str]:
     if source == wanted:
         return nll_values(log, wanted), wanted
     if source == C.BEHAVIOR_LOGPROBS:
-        lists = plain(table.column(C.BEHAVIOR_LOGPROBS))
+        lists = contiguous_decoded(table.column(C.BEHAVIOR_LOGPROBS))
         n = len(lists)
         lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
         flat = pc.list_flatten(lists).cast(pa.float64()).to_numpy(zero_copy_only=False)
@@ -161,7 +159,7 @@ def compute_advantages(log: Log, config: AdvantagesConfig, row_return: np.ndarra
     # results depends on it (sums run in value or canonical order)
     compiled = _compiled.wanted(log.table.num_rows)
     index, warnings = prepare_log(
-        log, f"advantages:{config.method}", canonical=False, anchor_warnings=False, compiled=compiled
+        log, f"advantages:{config.method}", CheckOptions.COMPILED if compiled else CheckOptions.NONE
     )
     episode_reward = None
     if C.EPISODE_REWARD in log.table.column_names:
@@ -245,3 +243,30 @@ def _check_finite(log: Log, result: Advantages) -> None:
                 file=log.source,
                 column=C.REWARD,
             )
+
+
+def annotated_table(
+    table: pa.Table, renamed: Mapping[str, str], new_columns: pa.Table, source: str | None = None
+) -> pa.Table:
+    """`table` without the tool's own columns, names restored, with `new_columns` appended."""
+    owned = set(C.ADVANTAGES_OUTPUTS)
+    out = table.select([n for n in table.column_names if n not in owned])
+    out = restore_column_names(out, renamed)
+    _check_no_clash(out.column_names, renamed, new_columns, source)
+    for name, column in zip(new_columns.column_names, new_columns.columns):
+        out = out.append_column(name, column)
+    return out
+
+
+def _check_no_clash(kept: Sequence[str], renamed: Mapping[str, str], new_columns: pa.Table, source: str | None) -> None:
+    """Refuse a kept input column (file name) that a new column would overwrite: one mapped
+    away with `--map` so that its name in the file is an output's."""
+    clash = [n for n in new_columns.column_names if n in set(kept)]
+    if clash:
+        mapped = {old: new for new, old in renamed.items()}
+        raise GacaError(
+            f"--map {mapped.get(clash[0], '?')}={clash[0]}: the log's column '{clash[0]}' would be overwritten by "
+            "the output column of that name; rename it in the log first",
+            file=source,
+            column=clash[0],
+        )

@@ -63,10 +63,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from gaca_cli.credit.config import AdvantagesConfig, ConfigError
+from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.credit.config import AdvantagesConfig, Norm
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 
 TRUE_ADVANTAGE = "true_advantage"  # Q^π(s, a) − V^π(s) of the logged step
 IS_PIVOTAL = "is_pivotal"  # the step was taken at a fork
@@ -469,7 +470,7 @@ class QualityConfig:
     rollouts: int = 8
     betas: tuple[float, ...] = (0.1, 0.3, 1.0)
     step_weight: float = 1.0
-    norm: str | None = None
+    norm: Norm | None = None
     include_step_only: bool = True
     env: CorridorConfig = field(default_factory=CorridorConfig)
 
@@ -489,8 +490,7 @@ class QualityConfig:
             raise ConfigError(
                 "step_weight", f"step_weight = {self.step_weight!r} is not valid; use a finite weight ≥ 0"
             )
-        if self.norm not in (None, "mean", "std"):
-            raise ConfigError("norm", f"norm = {self.norm!r} is not valid; use mean | std")
+        check_choices(self)
 
     def estimators(self) -> list[tuple[str, AdvantagesConfig]]:
         """(label, config) of every estimator scored, in table order."""

@@ -14,6 +14,7 @@ The library reports progress through a callback and returns plain data; the comm
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -23,10 +24,22 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.credit.config import METHODS, Method
 from gaca_cli.errors import GacaError
 
 #: progress callback: (stage, done, total, message)
 Progress = Callable[[str, int, int, str], None]
+Z_975 = 1.959963984540054  # the 0.975 quantile of the standard normal
+
+
+def wilson_interval(wins: int, n: int) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a success rate p̂ = wins/n (n ≥ 1):
+    (p̂ + z²/2n ± z·√(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n), z = z_0.975. Unlike p̂ ± z·√(p̂(1 − p̂)/n),
+    it stays inside [0, 1] and does not shrink to a point at 0 or n wins."""
+    p, z2 = wins / n, Z_975**2
+    centre, half = p + z2 / (2 * n), Z_975 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return (centre - half) / (1 + z2 / n), (centre + half) / (1 + z2 / n)
 
 
 @dataclass(frozen=True)
@@ -39,7 +52,7 @@ class DemoConfig:
     rollouts: int = field(default=8, metadata={"help": "Rollouts per game and iteration."})
     max_steps: int = 10
     iterations: int = field(default=1, metadata={"help": "Offline updates per method."})
-    methods: tuple[str, ...] = field(
+    methods: tuple[Method, ...] = field(
         default=("grpo", "gigpo", "gaca"), metadata={"help": "Comma-separated estimators to compare."}
     )
     seed: int = field(default=0, metadata={"help": "Seed of the warm start, the collections and the updates."})
@@ -50,8 +63,7 @@ class DemoConfig:
     games_dir: Path | None = None
 
     def __post_init__(self) -> None:
-        from gaca_cli.credit.config import METHODS, ConfigError
-
+        check_choices(self)
         for name in ("games", "rollouts", "max_steps", "bc_steps", "epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
@@ -61,11 +73,8 @@ class DemoConfig:
             )
         if self.iterations < 0:
             raise ConfigError("iterations", f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise ConfigError(
-                "methods", f"methods = {','.join(self.methods)!r} is not valid; use names from {', '.join(METHODS)}"
-            )
+        if not self.methods:
+            raise ConfigError("methods", "methods = '' is not valid; use names from " + ", ".join(METHODS))
         if not 0 <= self.seed < 2**32:
             raise ConfigError("seed", f"seed = {self.seed!r} is not valid; use an integer in [0, 2**32)")
         if not self.lr > 0:
@@ -75,6 +84,7 @@ class DemoConfig:
 @dataclass
 class DemoResult:
     success: dict[str, list[float]] = field(default_factory=dict)  # method -> per iteration
+    rollouts: int = 0  # trajectories behind each success rate (games × rollouts)
     annotated: Path | None = None  # iteration-0 log annotated by gaca (for the inspect view)
     quality: list[dict] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -108,7 +118,7 @@ def _collect(model: Path, games, config: DemoConfig, seed: int, out: Path) -> fl
     import pyarrow.parquet as pq
 
     from gaca_cli.demo import textworld_games as tw
-    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.log.writing import write_parquet_atomic
 
     if not out.exists():
         policy = tw.LMPolicy(model, temperature=1.0, max_new_tokens=12, seed=seed)
@@ -174,7 +184,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     log_file = out / "commands.log"
-    result = DemoResult()
+    result = DemoResult(rollouts=config.games * config.rollouts)
     clock = time.perf_counter()
 
     specs = tw.game_specs(config.games, 0)
@@ -244,6 +254,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
             {
                 "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
                 "success": result.success,
+                "rollouts": result.rollouts,
                 "annotated": str(result.annotated),
                 "quality": result.quality,
                 "seconds": result.seconds,

@@ -1,1 +1,1 @@
-"""`gaca inspect`: what the inspector computes (data), draws (view) and plots (plot)."""
+"""`gaca inspect`: the annotated log (data), what each view computes (views), draws (terminal) and plots (plot)."""

@@ -8,10 +8,11 @@ reads these options without importing any of that (`gaca --help` stays fast).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from gaca_cli.credit.config import METHODS, ConfigError
+from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.credit.config import METHODS, Method
 
-BY_KEYS = ("nll", "weight", "advantage", "abs-advantage")
 DEFAULT_TOP = 10  # rows of --top / rank movers of --compare when no K is given
 
 
@@ -31,11 +32,11 @@ class InspectConfig:
         default=None,
         metadata={"help": f"Show the K most extreme steps (default {DEFAULT_TOP} with --by).", "metavar": "K"},
     )
-    by: str | None = field(
-        default=None, metadata={"help": f"Key of --top: {' | '.join(BY_KEYS[:-1])} | {BY_KEYS[-1]} (default)."}
+    by: Literal["nll", "weight", "advantage", "abs-advantage"] | None = field(
+        default=None, metadata={"help": "Key of --top.", "default_text": "abs-advantage"}
     )
     lowest: bool = field(default=False, metadata={"help": "With --top: the K smallest values instead of the largest."})
-    compare: tuple[str, ...] = field(
+    compare: tuple[Method, ...] = field(
         default=(),
         metadata={
             "help": f"Recompute these methods with the file's parameters and compare them, e.g. {','.join(METHODS)}.",
@@ -44,21 +45,14 @@ class InspectConfig:
     )
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if self.traj is not None and self.group is not None:
             raise ConfigError(
                 "traj", f"traj = {self.traj!r} and group = {self.group!r} are both set; use one of --traj or --group"
             )
         if self.top is not None and self.top < 1:
             raise ConfigError("top", f"top = {self.top!r} is not valid; use a number of steps ≥ 1, e.g. --top 10")
-        if self.by is not None and self.by not in BY_KEYS:
-            raise ConfigError("by", f"by = {self.by!r} is not valid; use {' | '.join(BY_KEYS)}")
         if self.compare:
-            bad = [m for m in self.compare if m not in METHODS]
-            if bad:
-                raise ConfigError(
-                    "compare",
-                    f"compare = {','.join(self.compare)!r} names unknown method {bad[0]!r}; use {','.join(METHODS)}",
-                )
             if len(set(self.compare)) != len(self.compare) or len(self.compare) < 2:
                 raise ConfigError(
                     "compare",

@@ -1,7 +1,9 @@
-"""`gaca inspect` as a library: load an annotated log and compute what the inspector shows.
+"""`gaca inspect` as a library: load an annotated log, find its trajectories and groups, and
+read the step records and recomputed advantages every view is made of (the views themselves:
+`views.py`; the figures' data: `plot.py`).
 
 Every view is a JSON-ready dict (Python floats, ints, strings, bools and None; never NaN):
-the terminal view (`inspect_view.py`) renders it and `--json` prints it unchanged, so the two
+the terminal view (`terminal.py`) renders it and `--json` prints it unchanged, so the two
 always hold the same fields. Arrays are kept in the canonical (traj_id, step_idx) order of
 `gaca_cli.log.index.TrajectoryIndex`; the action and anchor text is read from the files only
 for the rows a view shows.
@@ -31,21 +33,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gaca_cli.credit.config import METHODS, AdvantagesConfig
+from gaca_cli.credit.config import AdvantagesConfig, NllReduce
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.grouping import plain
+from gaca_cli.log.checks import CheckOptions, prepare_log
+from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
-from gaca_cli.log.schema import COMMAND_NEEDS
+from gaca_cli.log.reading import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
+from gaca_cli.log.writing import check_unread_columns
 
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step
-N_BINS = 24  # bins of every histogram
-SELECTION_MOVERS = 3  # movers marked in a --compare table of one trajectory or group
-SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
 
 #: the columns inspect reads (everything else, prompts and chats included, stays on disk)
 READ_COLUMNS = (
@@ -137,13 +136,13 @@ def _arrow_indices(rows: np.ndarray) -> pa.Array:
 
 def _float_sorted(log: Log, index: TrajectoryIndex, name: str) -> np.ndarray:
     """A numeric column as float64 [N] in canonical order (nulls become NaN)."""
-    values = plain(log.table.column(name)).cast(pa.float64()).to_numpy(zero_copy_only=False)
+    values = contiguous_decoded(log.table.column(name)).cast(pa.float64()).to_numpy(zero_copy_only=False)
     return index.in_step_order(values.astype(np.float64, copy=False))
 
 
 def _id_texts(log: Log, name: str, rows: np.ndarray) -> tuple[str, ...]:
     """The ids in column `name` at the given file rows, as text."""
-    values = plain(log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
+    values = contiguous_decoded(log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
     return tuple(str(v) for v in values)
 
 
@@ -161,11 +160,13 @@ def _advantages_metadata(log: Log) -> dict | None:
 def _method_from_column(log: Log) -> str | None:
     if C.ADV_METHOD not in log.table.column_names:
         return None
-    names = pc.unique(plain(log.table.column(C.ADV_METHOD)).drop_null()).to_pylist()
+    names = pc.unique(contiguous_decoded(log.table.column(C.ADV_METHOD)).drop_null()).to_pylist()
     return ",".join(sorted(str(n) for n in names)) or None
 
 
-def _criticality(log: Log, index: TrajectoryIndex, nll_reduce: str) -> tuple[np.ndarray | None, str | None, str | None]:
+def _criticality(
+    log: Log, index: TrajectoryIndex, nll_reduce: NllReduce
+) -> tuple[np.ndarray | None, str | None, str | None]:
     """u_t as gaca reads it (the file's nll_reduce), its source column and its unit."""
     from gaca_cli.credit.run import criticality, nll_values
 
@@ -196,7 +197,7 @@ def _traj_success(log: Log, index: TrajectoryIndex) -> np.ndarray | None:
     failure, NaN where the column is null throughout (or not boolean / numeric)."""
     if C.SUCCESS not in log.table.column_names:
         return None
-    col = plain(log.table.column(C.SUCCESS))
+    col = contiguous_decoded(log.table.column(C.SUCCESS))
     if not (pa.types.is_boolean(col.type) or pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
         return None
     v = index.in_step_order(col.cast(pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False))
@@ -209,7 +210,7 @@ def _traj_success(log: Log, index: TrajectoryIndex) -> np.ndarray | None:
 def annotate(log: Log) -> AnnotatedLog:
     """Check `log` as every command does (it must hold an `advantage` column) and gather
     the arrays the views need."""
-    index, _ = prepare_log(log, "inspect", anchor_warnings=False)  # inspect shows no warnings
+    index, _ = prepare_log(log, "inspect", CheckOptions.CANONICAL_ORDER)  # inspect shows no warnings
     table = log.table
     # the ids of the index's trajectories and groups (canonical codes), from their first rows
     first_rows = index.rows(index.traj_start)
@@ -227,7 +228,7 @@ def annotate(log: Log) -> AnnotatedLog:
     nll_reduce = str((params or {}).get("nll_reduce", "mean"))
     recorded = meta.get("criticality_column") if meta else None
     nll, nll_source, nll_unit = _criticality(
-        _as_recorded(log, recorded), index, nll_reduce if nll_reduce in ("mean", "sum") else "mean"
+        _as_recorded(log, recorded), index, "sum" if nll_reduce == "sum" else "mean"
     )
     z_from_file = C.NLL_Z in values
     if nll is not None:
@@ -262,7 +263,9 @@ def load_annotated(paths: Sequence[str], column_map: Mapping[str, str] | None = 
     SHOWN_TEXT) and check it."""
     plain_files = not any(is_dir for _, is_dir in expand_inputs(paths))
     columns = READ_COLUMNS if plain_files else (*READ_COLUMNS, *SHOWN_TEXT)
-    return annotate(read_log(paths, column_map, columns=columns))
+    log = read_log(paths, column_map, columns=columns)
+    check_unread_columns(log)  # damaged pages of the columns not read: refused as other commands refuse them
+    return annotate(log)
 
 
 # --------------------------------------------------------------------------- ids
@@ -314,34 +317,39 @@ def _lookup(ids: tuple[str, ...], query: str) -> int | None:
         return None
 
 
-def _traj_positions(a: AnnotatedLog, t: int) -> np.ndarray:
+def traj_positions(a: AnnotatedLog, t: int) -> np.ndarray:
     start = int(a.index.traj_start[t])
     return np.arange(start, start + int(a.index.traj_len[t]), dtype=np.int64)
 
 
-def _group_trajs(a: AnnotatedLog, g: int) -> np.ndarray:
+def group_trajs(a: AnnotatedLog, g: int) -> np.ndarray:
     return np.flatnonzero(a.index.traj_group == g)
 
 
 def select(a: AnnotatedLog, traj: str | None = None, group: str | None = None) -> np.ndarray | None:
     """Positions (canonical order) of one trajectory or one episode group; None = all."""
     if traj is not None:
-        return _traj_positions(a, find_traj(a, traj))
+        return traj_positions(a, find_traj(a, traj))
     if group is not None:
-        trajs = _group_trajs(a, find_group(a, group))
-        return np.concatenate([_traj_positions(a, int(t)) for t in trajs])
+        trajs = group_trajs(a, find_group(a, group))
+        return np.concatenate([traj_positions(a, int(t)) for t in trajs])
     return None
+
+
+def selection_record(config: InspectConfig) -> dict:
+    """The trajectory or group a view is limited to, as the view records it."""
+    return {"traj": config.traj, "group": config.group}
 
 
 # --------------------------------------------------------------------------- records
 
 
-def _num(x) -> float | None:
+def finite_float(x) -> float | None:
     x = float(x)
     return x if np.isfinite(x) else None
 
 
-def _int_or_none(x) -> int | None:
+def finite_int(x) -> int | None:
     x = float(x)
     return int(x) if np.isfinite(x) else None
 
@@ -352,7 +360,7 @@ def _texts(a: AnnotatedLog, name: str | None, positions: np.ndarray) -> list[str
         return [None] * len(positions)
     rows = a.index.rows(positions)
     if name in a.log.table.column_names:
-        values = plain(a.log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
+        values = contiguous_decoded(a.log.table.column(name)).take(_arrow_indices(rows)).to_pylist()
     else:
         values = read_rows(a.log, name, rows)
     return [None if v is None else str(v) for v in values]
@@ -392,7 +400,9 @@ def read_rows(log: Log, name: str, rows: np.ndarray) -> list:
             raise GacaError(
                 f"not a readable Parquet file ({first[0] if first else type(exc).__name__})", file=path, column=column
             ) from None
-        for i, value in zip(at.tolist(), plain(chunk).take(_arrow_indices(place)).to_pylist(), strict=True):
+        for i, value in zip(
+            at.tolist(), contiguous_decoded(chunk).take(_arrow_indices(place)).to_pylist(), strict=True
+        ):
             out[i] = value
     return out
 
@@ -410,7 +420,7 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
 
     def get(name: str, p: int) -> float | None:
         arr = v.get(name)
-        return None if arr is None else _num(arr[p])
+        return None if arr is None else finite_float(arr[p])
 
     out = []
     for i, p in enumerate(positions.tolist()):
@@ -432,8 +442,8 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
                 "adv_episode": get(C.ADV_EPISODE, p),
                 "adv_step": get(C.ADV_STEP, p),
                 "advantage": get(C.ADVANTAGE, p),
-                "step_group_id": None if sgid is None else _int_or_none(sgid[p]),
-                "step_group_size": None if size is None else _int_or_none(size[p]),
+                "step_group_id": None if sgid is None else finite_int(sgid[p]),
+                "step_group_size": None if size is None else finite_int(size[p]),
                 "critical": bool(critical[p]),
             }
         )
@@ -442,7 +452,7 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
 
 def trajectory_record(a: AnnotatedLog, t: int) -> dict:
     """A trajectory's header fields and its steps."""
-    positions = _traj_positions(a, t)
+    positions = traj_positions(a, t)
     steps = step_records(a, positions)
     success = None
     if a.traj_success is not None and np.isfinite(a.traj_success[t]):
@@ -452,225 +462,17 @@ def trajectory_record(a: AnnotatedLog, t: int) -> dict:
         "traj_id": a.traj_ids[t],
         "group_id": a.group_ids[int(a.index.traj_group[t])],
         "length": len(positions),
-        "return": _num(a.traj_return[t]),
+        "return": finite_float(a.traj_return[t]),
         "success": success,
-        "adv_episode": None if adv_e is None else _num(adv_e[positions[0]]),
+        "adv_episode": None if adv_e is None else finite_float(adv_e[positions[0]]),
         "critical_steps": [s["step"] for s in steps if s["critical"]],
         "steps": steps,
+        # what the chat held after the last step (gaca import's final_observation), when logged
+        "final_observation": _texts(a, "final_observation", positions[-1:])[0],
     }
 
 
-# --------------------------------------------------------------------------- statistics
-
-
-def histogram(values: np.ndarray, bins: int = N_BINS) -> dict:
-    """Equal-width bins between the finite minimum and maximum: {lo, hi, counts}."""
-    x = values[np.isfinite(values)]
-    if len(x) == 0:
-        return {"lo": None, "hi": None, "counts": []}
-    lo, hi = float(x.min()), float(x.max())
-    if hi == lo:
-        return {"lo": lo, "hi": hi, "counts": [int(len(x))]}
-    counts, _ = np.histogram(x, bins=bins, range=(lo, hi))
-    return {"lo": lo, "hi": hi, "counts": [int(c) for c in counts]}
-
-
-def mean_std(x: np.ndarray) -> tuple[float, float]:
-    """Mean and population std of finite values, computed on x / max|x| so that values near
-    the float64 limit (rewards × 1e200) do not overflow to inf when squared or summed."""
-    scale = float(np.max(np.abs(x))) if len(x) else 0.0
-    if scale == 0.0:
-        return 0.0, 0.0
-    y = x / scale
-    return float(y.mean()) * scale, float(y.std()) * scale
-
-
-def distribution(values: np.ndarray) -> dict | None:
-    """Summary statistics (finite values only) and a histogram."""
-    x = values[np.isfinite(values)]
-    if len(x) == 0:
-        return None
-    mean, std = mean_std(x)
-    return {
-        "n": int(len(x)),
-        "min": float(x.min()),
-        "mean": mean,
-        "median": float(np.median(x)),
-        "max": float(x.max()),
-        "std": std,
-        "histogram": histogram(x),
-    }
-
-
-def _size_buckets(size: np.ndarray) -> dict[str, int]:
-    out = {}
-    for lo, hi, label in SIZE_BUCKETS:
-        mask = size >= lo if hi is None else (size >= lo) & (size <= hi)
-        out[label] = int(np.sum(mask))
-    return out
-
-
-def _min_mean_max(x: np.ndarray) -> dict:
-    return {"min": int(x.min()), "mean": float(x.mean()), "max": int(x.max())}
-
-
-def overview(a: AnnotatedLog) -> dict:
-    """Counts, method, parameters and distributions of the whole log."""
-    idx = a.index
-    v = a.values
-    adv = v[C.ADVANTAGE]
-    n = idx.n_rows
-    out: dict = {"view": "overview", **a.header()}
-    out.update(
-        rows=n,
-        trajectories=idx.n_traj,
-        groups=idx.n_groups,
-        steps_per_trajectory=_min_mean_max(idx.traj_len),
-        trajectories_per_group=_min_mean_max(np.bincount(idx.traj_group, minlength=idx.n_groups)),
-        mean_return=_num(a.traj_return.mean()),
-    )
-    if a.traj_success is not None and np.isfinite(a.traj_success).any():
-        known = np.isfinite(a.traj_success)
-        out["success"] = {
-            "rate": float(a.traj_success[known].mean()),
-            "successes": int(a.traj_success[known].sum()),
-            "known": int(known.sum()),
-        }
-    else:
-        out["success"] = None
-    out["advantage_signs"] = {
-        "positive": float(np.mean(adv > 0)),
-        "negative": float(np.mean(adv < 0)),
-        "zero": float(np.mean(adv == 0)),
-    }
-    out["distributions"] = {
-        name: distribution(v[col])
-        for name, col in (
-            ("advantage", C.ADVANTAGE),
-            ("adv_episode", C.ADV_EPISODE),
-            ("adv_step", C.ADV_STEP),
-            ("lambda", C.GACA_WEIGHT),
-            ("nll", "nll"),
-        )
-        if col in v
-    }
-    lam = v.get(C.GACA_WEIGHT)
-    if lam is not None:
-        lam_bar = a.lambda_bar
-        info: dict = {"bar": lam_bar, "corr_with_nll": None}
-        if lam_bar is not None:
-            info["above_bar"] = float(np.mean(lam > lam_bar + 1e-12))
-            info["below_bar"] = float(np.mean(lam < lam_bar - 1e-12))
-        nll = v.get("nll")
-        if nll is not None:
-            ok = np.isfinite(nll)
-            if ok.sum() >= 2 and np.std(lam[ok]) > 0 and np.std(nll[ok]) > 0:
-                info["corr_with_nll"] = _num(np.corrcoef(lam[ok], nll[ok])[0, 1])
-        out["lambda"] = info
-    else:
-        out["lambda"] = None
-    size = v.get(C.STEP_GROUP_SIZE)
-    out["step_group_sizes"] = None if size is None else _size_buckets(size)
-    out["step_signal_share"] = 0.0 if size is None else float(np.mean(size > 1))
-    critical = a.critical
-    out["critical_steps"] = {
-        "threshold_z": CRITICAL_Z,
-        "z_from": "file" if a.z_from_file else ("trajectory" if "nll" in v else None),
-        "count": int(critical.sum()),
-        "share": float(critical.mean()),
-    }
-    out["example_ids"] = {"traj": a.traj_ids[0], "group": a.group_ids[0]}
-    out["comparable_methods"] = comparable_methods(a)
-    return out
-
-
-def comparable_methods(a: AnnotatedLog) -> list[str]:
-    """The methods `--compare` can recompute from this file's columns, with the parameters it
-    records: grpo always, gigpo and gaca with an anchor column, gaca with an NLL it reads."""
-    from gaca_cli.credit.run import nll_source
-
-    names = set(a.log.file_schema.names)
-    out = []
-    for m in METHODS:
-        if not all(names.intersection(alternatives) for alternatives in COMMAND_NEEDS[f"advantages:{m}"]):
-            continue
-        try:
-            config = _config_for(a, m)
-        except GacaError:
-            continue
-        if m == "gaca" and nll_source(names, config.nll_reduce) is None:
-            continue
-        out.append(m)
-    return out
-
-
-# --------------------------------------------------------------------------- views
-
-
-def _selection(config: InspectConfig) -> dict:
-    return {"traj": config.traj, "group": config.group}
-
-
-def steps_view(a: AnnotatedLog, config: InspectConfig) -> dict:
-    """--traj / --group: every step of one trajectory, or of each trajectory of a group."""
-    if config.traj is not None:
-        trajs = [find_traj(a, config.traj)]
-    else:
-        assert config.group is not None
-        trajs = [int(t) for t in _group_trajs(a, find_group(a, config.group))]
-    out = {"view": "steps", **a.header(), "selection": _selection(config), "lambda_bar": a.lambda_bar}
-    out["critical_threshold_z"] = CRITICAL_Z
-    out["trajectories"] = [trajectory_record(a, t) for t in trajs]
-    return out
-
-
-def _sort_key(a: AnnotatedLog, by: str) -> np.ndarray:
-    v = a.values
-    if by == "nll":
-        if "nll" not in v:
-            raise GacaError(
-                "--by nll needs an NLL column (nll_mean, nll_sum or behavior_logprobs); run `gaca score` first",
-                file=a.log.source,
-                column=C.NLL_MEAN,
-            )
-        return v["nll"]
-    if by == "weight":
-        if C.GACA_WEIGHT not in v:
-            raise GacaError(
-                f"--by weight needs the λ column written by `gaca advantages --method gaca` "
-                f"(this file's method: {a.method or 'unknown'})",
-                file=a.log.source,
-                column=C.GACA_WEIGHT,
-            )
-        return v[C.GACA_WEIGHT]
-    if by == "advantage":
-        return v[C.ADVANTAGE]
-    return np.abs(v[C.ADVANTAGE])
-
-
-def top_view(a: AnnotatedLog, config: InspectConfig) -> dict:
-    """--top K --by KEY: the K steps with the largest (or, with lowest, smallest) key; ties
-    keep canonical order. Steps without a value (no action tokens for nll) are skipped."""
-    by = config.by or "abs-advantage"
-    key = _sort_key(a, by)
-    candidates = select(a, config.traj, config.group)
-    if candidates is None:
-        candidates = np.arange(a.index.n_rows, dtype=np.int64)
-    candidates = candidates[np.isfinite(key[candidates])]
-    k = key[candidates]
-    order = np.lexsort((candidates, k if config.lowest else -k))
-    chosen = candidates[order[: config.k]]
-    rows = step_records(a, chosen)
-    for rank, row in enumerate(rows, start=1):
-        row["rank"] = rank
-        row["key"] = _num(key[chosen[rank - 1]])
-    out = {"view": "top", **a.header(), "selection": _selection(config), "lambda_bar": a.lambda_bar}
-    out.update(by=by, lowest=config.lowest, k=config.k, candidates=int(len(candidates)), rows=rows)
-    out["critical_threshold_z"] = CRITICAL_Z
-    return out
-
-
-def _config_for(a: AnnotatedLog, method: str) -> AdvantagesConfig:
+def config_for(a: AnnotatedLog, method: str) -> AdvantagesConfig:
     known = {f.name for f in fields(AdvantagesConfig)}
     params = {k: val for k, val in (a.params or {}).items() if k in known}
     params["method"] = method
@@ -689,7 +491,7 @@ def recompute(a: AnnotatedLog, method: str):
     from gaca_cli.credit.run import compute_advantages
 
     log = _as_recorded(_with_anchors(a.log), a.nll_source)
-    return compute_advantages(log, _config_for(a, method)).result_at(a.index.order)
+    return compute_advantages(log, config_for(a, method)).result_at(a.index.order)
 
 
 def _with_anchors(log: Log) -> Log:
@@ -706,178 +508,3 @@ def _with_anchors(log: Log) -> Log:
 def method_advantages(a: AnnotatedLog, methods: Sequence[str]) -> dict[str, np.ndarray]:
     """A_t of each method (canonical order), recomputed from the log (see `recompute`)."""
     return {m: recompute(a, m).advantage for m in methods}
-
-
-def descending_ranks(x: np.ndarray) -> np.ndarray:
-    """Rank of each value, 1 = largest; tied values share their average rank. float64 [N]."""
-    s = np.sort(x)
-    lo = np.searchsorted(s, x, side="left")
-    hi = np.searchsorted(s, x, side="right")
-    return (len(x) - hi) + (hi - lo + 1) / 2.0
-
-
-def _corr(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Pearson correlation, None when either side is constant; computed on x / max|x| and
-    y / max|y| (it does not change under scaling) so that huge values do not overflow."""
-    if len(x) < 2 or mean_std(x)[1] == 0 or mean_std(y)[1] == 0:
-        return None
-    return _num(np.corrcoef(x / np.max(np.abs(x)), y / np.max(np.abs(y)))[0, 1])
-
-
-def compare_view(a: AnnotatedLog, config: InspectConfig) -> dict:
-    """--compare: each method's A_t on the same log, how far each moves from the first
-    (the baseline), and the steps whose rank (over the whole log) changes the most."""
-    methods = list(config.compare)
-    adv = method_advantages(a, methods)
-    base = methods[0]
-    ranks = {m: descending_ranks(adv[m]) for m in methods}
-    stacked = np.vstack([ranks[m] for m in methods])
-    shift = stacked.max(axis=0) - stacked.min(axis=0)
-
-    summary = []
-    for m in methods:
-        x = adv[m]
-        mean, std = mean_std(x)
-        row = {
-            "method": m,
-            "mean": mean,
-            "std": std,
-            "min": float(x.min()),
-            "max": float(x.max()),
-            "positive_share": float(np.mean(x > 0)),
-            "mean_abs": float(np.mean(np.abs(x))),
-        }
-        if m != base:
-            d = x - adv[base]
-            row.update(
-                corr_with_baseline=_corr(x, adv[base]),
-                rank_corr_with_baseline=_corr(ranks[m], ranks[base]),
-                sign_agreement_with_baseline=float(np.mean(np.sign(x) == np.sign(adv[base]))),
-                mean_abs_diff_from_baseline=float(np.mean(np.abs(d))),
-                max_abs_diff_from_baseline=float(np.max(np.abs(d))),
-            )
-        summary.append(row)
-
-    def records(positions: np.ndarray) -> list[dict]:
-        rows = step_records(a, positions)
-        for p, row in zip(positions.tolist(), rows, strict=True):
-            row["advantages"] = {m: float(adv[m][p]) for m in methods}
-            row["diff_from_baseline"] = {m: float(adv[m][p] - adv[base][p]) for m in methods if m != base}
-            row["ranks"] = {m: float(ranks[m][p]) for m in methods}
-            row["rank_shift"] = float(shift[p])
-        return rows
-
-    selection = select(a, config.traj, config.group)
-    pool = np.arange(a.index.n_rows, dtype=np.int64) if selection is None else selection
-    n_movers = config.k if (selection is None or config.top is not None) else SELECTION_MOVERS
-    movers = pool[np.lexsort((pool, -shift[pool]))][:n_movers]
-
-    file_check = None
-    if a.method in methods:
-        diff = float(np.max(np.abs(adv[a.method] - a.values[C.ADVANTAGE])))
-        file_check = {"method": a.method, "max_abs_diff": diff, "matches": diff <= 1e-9}
-
-    params_used = _config_for(a, base).as_metadata()
-    params_used.pop("method")
-    out = {"view": "compare", **a.header(), "selection": _selection(config)}
-    out.update(
-        methods=methods,
-        baseline=base,
-        params_used=params_used,
-        params_recorded=a.params is not None,
-        steps=a.index.n_rows,
-        summary=summary,
-        file_check=file_check,
-        rows=None if selection is None else records(selection),
-        movers=records(movers),
-    )
-    return out
-
-
-def build_view(a: AnnotatedLog, config: InspectConfig) -> dict:
-    """The JSON-ready data of the view `config` asks for."""
-    view = config.view
-    if view == "overview":
-        return overview(a)
-    if view == "steps":
-        return steps_view(a, config)
-    if view == "top":
-        return top_view(a, config)
-    return compare_view(a, config)
-
-
-# --------------------------------------------------------------------------- figures
-
-
-@dataclass(frozen=True)
-class PlotData:
-    """What `--plot` draws: λ against NLL, advantage histograms per method, and one
-    trajectory's weight profile (float64 arrays, canonical order)."""
-
-    source: str
-    nll: np.ndarray | None
-    nll_unit: str | None
-    weight: np.ndarray | None
-    weight_recomputed: bool  # λ from a gaca recomputation (the file's method is not gaca)
-    lambda_bar: float | None
-    critical: np.ndarray
-    advantages: dict[str, np.ndarray]
-    traj_id: str
-    traj_steps: np.ndarray
-    traj_positions: np.ndarray
-
-
-def _profile_traj(a: AnnotatedLog, config: InspectConfig) -> int:
-    if config.traj is not None:
-        return find_traj(a, config.traj)
-    if config.group is not None:
-        return int(_group_trajs(a, find_group(a, config.group))[0])
-    lam = a.values.get(C.GACA_WEIGHT)
-    if lam is None:
-        return int(np.argmax(a.index.traj_len))
-    spread = np.full(a.index.n_traj, -np.inf)
-    np.maximum.at(spread, a.index.traj, lam)
-    low = np.full(a.index.n_traj, np.inf)
-    np.minimum.at(low, a.index.traj, lam)
-    return int(np.argmax(spread - low))  # the trajectory where λ moves the most
-
-
-def plot_data(a: AnnotatedLog, config: InspectConfig) -> PlotData:
-    """The file's own advantage plus every other method that can be recomputed (the
-    --compare methods when given; then recomputing them must succeed)."""
-    methods = list(config.compare) or list(METHODS)
-    advantages: dict[str, np.ndarray] = {}
-    weight = a.values.get(C.GACA_WEIGHT)
-    lambda_bar = a.lambda_bar
-    weight_recomputed = False
-    for m in methods:
-        if m == a.method:
-            advantages[m] = a.values[C.ADVANTAGE]
-            continue
-        try:
-            result = recompute(a, m)
-        except GacaError:
-            if config.compare:
-                raise
-            continue
-        advantages[m] = result.advantage
-        if weight is None and result.gaca_weight is not None:
-            weight, weight_recomputed = result.gaca_weight, True
-            lambda_bar = _config_for(a, m).lambda_bar
-    if not advantages:
-        advantages[a.method or "file"] = a.values[C.ADVANTAGE]
-    t = _profile_traj(a, config)
-    positions = _traj_positions(a, t)
-    return PlotData(
-        source=a.log.source,
-        nll=a.values.get("nll"),
-        nll_unit=a.nll_unit,
-        weight=weight,
-        weight_recomputed=weight_recomputed,
-        lambda_bar=lambda_bar,
-        critical=a.critical,
-        advantages=advantages,
-        traj_id=a.traj_ids[t],
-        traj_steps=a.index.step[positions],
-        traj_positions=positions,
-    )

@@ -1,4 +1,5 @@
-"""`gaca inspect --plot`: the inspector's figures as one PNG (matplotlib, an optional extra).
+"""`gaca inspect --plot`: what the figures show (`plot_data`, from the annotated log) and the
+figures themselves as one PNG (matplotlib, an optional extra).
 
 matplotlib is imported only here, and this module only by `--plot`; the figure is drawn on
 a `matplotlib.figure.Figure` (no pyplot, no global state, no display needed).
@@ -7,11 +8,98 @@ a `matplotlib.figure.Figure` (no pyplot, no global state, no display needed).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import numpy as np
 
+from gaca_cli.credit.config import METHODS
 from gaca_cli.errors import GacaError
-from gaca_cli.inspect.data import PlotData
+from gaca_cli.inspect.config import InspectConfig
+from gaca_cli.inspect.data import (
+    AnnotatedLog,
+    config_for,
+    find_group,
+    find_traj,
+    group_trajs,
+    recompute,
+    traj_positions,
+)
+from gaca_cli.log import columns as C
+
+
+@dataclass(frozen=True)
+class PlotData:
+    """What `--plot` draws: λ against NLL, advantage histograms per method, and one
+    trajectory's weight profile (float64 arrays, canonical order)."""
+
+    source: str
+    nll: np.ndarray | None
+    nll_unit: str | None
+    weight: np.ndarray | None
+    weight_recomputed: bool  # λ from a gaca recomputation (the file's method is not gaca)
+    lambda_bar: float | None
+    critical: np.ndarray
+    advantages: dict[str, np.ndarray]
+    traj_id: str
+    traj_steps: np.ndarray
+    traj_positions: np.ndarray
+
+
+def _profile_traj(a: AnnotatedLog, config: InspectConfig) -> int:
+    if config.traj is not None:
+        return find_traj(a, config.traj)
+    if config.group is not None:
+        return int(group_trajs(a, find_group(a, config.group))[0])
+    lam = a.values.get(C.GACA_WEIGHT)
+    if lam is None:
+        return int(np.argmax(a.index.traj_len))
+    spread = np.full(a.index.n_traj, -np.inf)
+    np.maximum.at(spread, a.index.traj, lam)
+    low = np.full(a.index.n_traj, np.inf)
+    np.minimum.at(low, a.index.traj, lam)
+    return int(np.argmax(spread - low))  # the trajectory where λ moves the most
+
+
+def plot_data(a: AnnotatedLog, config: InspectConfig) -> PlotData:
+    """The file's own advantage plus every other method that can be recomputed (the
+    --compare methods when given; then recomputing them must succeed)."""
+    methods = list(config.compare) or list(METHODS)
+    advantages: dict[str, np.ndarray] = {}
+    weight = a.values.get(C.GACA_WEIGHT)
+    lambda_bar = a.lambda_bar
+    weight_recomputed = False
+    for m in methods:
+        if m == a.method:
+            advantages[m] = a.values[C.ADVANTAGE]
+            continue
+        try:
+            result = recompute(a, m)
+        except GacaError:
+            if config.compare:
+                raise
+            continue
+        advantages[m] = result.advantage
+        if weight is None and result.gaca_weight is not None:
+            weight, weight_recomputed = result.gaca_weight, True
+            lambda_bar = config_for(a, m).lambda_bar
+    if not advantages:
+        advantages[a.method or "file"] = a.values[C.ADVANTAGE]
+    t = _profile_traj(a, config)
+    positions = traj_positions(a, t)
+    return PlotData(
+        source=a.log.source,
+        nll=a.values.get("nll"),
+        nll_unit=a.nll_unit,
+        weight=weight,
+        weight_recomputed=weight_recomputed,
+        lambda_bar=lambda_bar,
+        critical=a.critical,
+        advantages=advantages,
+        traj_id=a.traj_ids[t],
+        traj_steps=a.index.step[positions],
+        traj_positions=positions,
+    )
+
 
 METHOD_COLORS = {"grpo": "#7f7f7f", "gigpo": "#1f77b4", "gaca": "#d62728"}
 ABOVE, BELOW, AT = "#e6a700", "#3b75c4", "#b0b0b0"  # λ above / below / at λ̄ (as in the terminal)

@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from gaca_cli.credit.config import AdvantagesConfig, inactive_because
+from gaca_cli.config import inactive_because
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages as run_estimator
 from gaca_cli.credit.run import gc_paused
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 
 ARRAYS = "<arrays>"  # how errors name the input (GacaError.file)
 

@@ -161,7 +161,7 @@ def token_weights(
 
 
 class LossParams(Protocol):
-    """The objective's knobs, read by attribute (`training.TrainConfig` has them all)."""
+    """The objective's knobs, read by attribute (`train_config.TrainConfig` has them all)."""
 
     @property
     def clip_low(self) -> float: ...

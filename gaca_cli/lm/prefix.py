@@ -246,14 +246,14 @@ def score_shared(
     seqs: list[np.ndarray],
     spans: list[np.ndarray],
     todo: np.ndarray,
-    run_plain: Callable[[np.ndarray], None],
+    run_uncached: Callable[[np.ndarray], None],
     run_batches: Callable[[np.ndarray, int, Callable[[np.ndarray], list[np.ndarray]]], None],
     stats: dict,
     min_shared: int = MIN_SHARED_TOKENS,
 ) -> None:
     """Score the sequences `todo` with shared prefixes forwarded once.
 
-    Sequences that share no prefix go to `run_plain(indices)` (the plain batched path).
+    Sequences that share no prefix go to `run_uncached(indices)` (batched without a cached prefix).
     For each shared prefix, `run_batches(indices, depth, forward)` plans and runs the batches of
     its sequences' suffixes (counting the `depth` cached tokens each row attends to), calling
     `forward(indices) -> log-probs per sequence`; it owns the out-of-memory back-off."""
@@ -262,7 +262,7 @@ def score_shared(
     sub = [seqs[i] for i in todo]
     tree = prefix_tree(sub, shareable_lengths(sub, [spans[i] for i in todo]), min_shared)
     worth_sharing(tree, np.array([len(x) for x in sub], dtype=np.int64))
-    run_plain(todo[np.asarray(tree.leaves, dtype=np.int64)])
+    run_uncached(todo[np.asarray(tree.leaves, dtype=np.int64)])
 
     def visit(node: PrefixNode, parent_depth: int, parent_kv) -> None:
         with torch.inference_mode():

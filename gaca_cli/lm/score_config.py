@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
-from gaca_cli.credit.config import ConfigError
+from gaca_cli.config import ConfigError, check_choices
 
-CONTEXT_SOURCES = ("auto", "tokens", "prompt", "messages")
+ContextSource = Literal["auto", "tokens", "prompt", "messages"]
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,8 @@ class ScoreConfig:
         metadata={"help": "A local model directory or a hub id (HF_HUB_OFFLINE honoured).", "short": "-M"}
     )
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit)."})
-    dtype: str = field(
-        default="auto", metadata={"help": "auto | bf16 | fp16 | fp32 (auto: bf16 on CUDA, fp32 elsewhere)."}
+    dtype: Literal["auto", "bf16", "fp16", "fp32"] = field(
+        default="auto", metadata={"help": "Weights' dtype (auto: bf16 on CUDA, fp32 elsewhere)."}
     )
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N | mps."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Run the model repository's own Python code."})
@@ -32,11 +33,8 @@ class ScoreConfig:
         metadata={"help": "Divide logits by T (the behavior policy's sampling temperature).", "short": "-T"},
     )
     token_logprobs: bool = field(default=False, metadata={"help": "Also write token_logprobs (list<float32>)."})
-    context: str = field(
-        default="auto",
-        metadata={
-            "help": f"Context from: {' | '.join(CONTEXT_SOURCES)} (auto: token ids, else prompt, else messages)."
-        },
+    context: ContextSource = field(
+        default="auto", metadata={"help": "Where the context comes from (auto: token ids, else prompt, else messages)."}
     )
     add_special_tokens: bool = field(
         default=False, metadata={"help": "Let the tokenizer add its special tokens (BOS) to a `prompt` text."}
@@ -64,25 +62,20 @@ class ScoreConfig:
     resume: bool = field(default=False, metadata={"help": "Continue an interrupted run from the chunks in OUT.parts/."})
 
     def __post_init__(self) -> None:
-        from gaca_cli.lm.models import check_device_name, check_dtype_name
+        from gaca_cli.lm.models import check_device_name
 
         def bad(name: str, use: str) -> None:
             raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use {use}")
 
+        check_choices(self)
         if not self.model:
             bad("model", "a local model directory or a hub id, e.g. --model ./my-model")
-        for name, check, allowed in (
-            ("dtype", check_dtype_name, "auto | bf16 | fp16 | fp32"),
-            ("device", check_device_name, "auto | cpu | cuda | cuda:N | mps"),
-        ):
-            try:
-                check(getattr(self, name))
-            except ValueError:
-                bad(name, allowed)
+        try:
+            check_device_name(self.device)
+        except ValueError:
+            bad("device", "auto | cpu | cuda | cuda:N | mps")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             bad("temperature", "a finite T > 0 (1: the model as is)")
-        if self.context not in CONTEXT_SOURCES:
-            bad("context", " | ".join(CONTEXT_SOURCES))
         if self.max_batch_tokens < 1:
             bad("max_batch_tokens", "an integer ≥ 1, e.g. 16384")
         if self.chunk_rows < 1:

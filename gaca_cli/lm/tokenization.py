@@ -25,8 +25,9 @@ import pyarrow.compute as pc
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import rows_text
-from gaca_cli.log.grouping import plain
-from gaca_cli.log.io import Log, widest_type
+from gaca_cli.log.grouping import contiguous_decoded
+from gaca_cli.log.reading import Log
+from gaca_cli.log.widening import widest_type
 
 #: where a step's tokens came from (StepTokens.source)
 FROM_TOKEN_IDS, FROM_PROMPT, FROM_MESSAGES = 0, 1, 2
@@ -93,7 +94,7 @@ def _holds_views(t: pa.DataType) -> bool:
 
 def _token_lists(col: pa.ChunkedArray, rows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     """int32 arrays of a list<int> column at `rows`, and a bool mask of the non-null ones."""
-    arr = plain(col.take(pa.array(rows)))
+    arr = contiguous_decoded(col.take(pa.array(rows)))
     valid = ~pc.is_null(arr).to_numpy(zero_copy_only=False)
     lengths = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(arr).to_numpy(zero_copy_only=False)

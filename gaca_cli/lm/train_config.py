@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from gaca_cli.credit.config import ConfigError
-from gaca_cli.lm.score_config import CONTEXT_SOURCES
-from gaca_cli.log import columns as C
+from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.lm.score_config import ContextSource
 
 if TYPE_CHECKING:
     import numpy as np
 
-LOSSES = ("ppo", "pg", "awr", "filtered-bc")
-AGGREGATIONS = ("token-mean", "seq-mean")
-BEHAVIOR_SOURCES = ("auto", C.BEHAVIOR_LOGPROBS, C.TOKEN_LOGPROBS)
-TRAIN_DTYPES = ("auto", "bf16", "fp32")
-TRAIN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+Loss = Literal["ppo", "pg", "awr", "filtered-bc"]
+LOSSES: tuple[Loss, ...] = typing.get_args(Loss)  # the keys of losses.TOKEN_LOSSES (a test checks it)
 
 
 @dataclass(frozen=True)
@@ -34,12 +31,10 @@ class TrainConfig:
     revision: str | None = field(default=None, metadata={"help": "Hub revision of --model."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Run the model repository's own Python code."})
     # objective
-    loss: str = field(default="ppo", metadata={"help": f"Objective: {' | '.join(LOSSES)}."})
-    aggregation: str = field(
+    loss: Loss = field(default="ppo", metadata={"help": "The loss per action token."})
+    aggregation: Literal["token-mean", "seq-mean"] = field(
         default="token-mean",
-        metadata={
-            "help": f"{' | '.join(AGGREGATIONS)}: mean over the step's tokens, or per sequence then over sequences."
-        },
+        metadata={"help": "Mean over the step's tokens, or per sequence then over sequences."},
     )
     clip_low: float = field(
         default=0.2, metadata={"only": ("loss", ("ppo",)), "help": "ppo: ε_low, ratio clipped below at 1 − ε_low."}
@@ -59,19 +54,15 @@ class TrainConfig:
     kl_coef: float = field(
         default=0.0, metadata={"help": "Weight of the k3 KL penalty to the starting model (0: off)."}
     )
-    behavior: str = field(
+    behavior: Literal["auto", "behavior_logprobs", "token_logprobs"] = field(  # auto or a column's name
         default="auto",
-        metadata={
-            "help": f"μ from: {' | '.join(BEHAVIOR_SOURCES)} (auto: the first that lines up with the action tokens)."
-        },
+        metadata={"help": "The column μ is read from (auto: the first that lines up with the action tokens)."},
     )
     temperature: float = field(
         default=1.0, metadata={"help": "Divide logits by T (as `gaca score -T`).", "short": "-T"}
     )
     # tokenisation (the same options as `gaca score`, so that token_logprobs line up)
-    context: str = field(
-        default="auto", metadata={"help": f"Context from: {' | '.join(CONTEXT_SOURCES)} (as `gaca score`)."}
-    )
+    context: ContextSource = field(default="auto", metadata={"help": "Where the context comes from (as `gaca score`)."})
     add_special_tokens: bool = field(
         default=False, metadata={"help": "Let the tokenizer add BOS to a `prompt` (as `gaca score`)."}
     )
@@ -108,8 +99,8 @@ class TrainConfig:
         default=False, metadata={"help": "LoRA: save merged full weights in OUT_DIR (adapter in OUT_DIR/adapter)."}
     )
     # machine
-    dtype: str = field(
-        default="auto", metadata={"help": "auto | bf16 | fp32 (auto: bf16 autocast on CUDA, fp32 elsewhere)."}
+    dtype: Literal["auto", "bf16", "fp32"] = field(
+        default="auto", metadata={"help": "Compute dtype (auto: bf16 autocast on CUDA, fp32 elsewhere)."}
     )
     device: str = field(default="auto", metadata={"help": "auto (CUDA when present, else CPU) | cpu | cuda | cuda:N."})
     gradient_checkpointing: bool = field(
@@ -126,22 +117,14 @@ class TrainConfig:
         def finite(x: float | None) -> bool:
             return x is not None and math.isfinite(x)
 
+        check_choices(self)
         if not self.model:
             bad("model", self.model, "a local model directory or a hub id (--model)")
-        for name, allowed in (
-            ("loss", LOSSES),
-            ("aggregation", AGGREGATIONS),
-            ("behavior", BEHAVIOR_SOURCES),
-            ("context", CONTEXT_SOURCES),
-            ("dtype", TRAIN_DTYPES),
-        ):
-            if getattr(self, name) not in allowed:
-                bad(name, getattr(self, name), " | ".join(allowed))
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             bad(
                 "device",
                 self.device,
-                " | ".join(TRAIN_DEVICES) + " (under accelerate launch / torchrun each process gets its GPU)",
+                "auto | cpu | cuda | cuda:N (under accelerate launch / torchrun each process gets its GPU)",
             )
         if not (finite(self.lr) and self.lr > 0):
             bad("lr", self.lr, "a peak learning rate > 0, e.g. 1e-5 (full fine-tuning) or 1e-4 (LoRA)")

@@ -22,297 +22,41 @@ process and N processes compute the same update.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import shutil
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gaca_cli import __version__
-from gaca_cli.credit.config import inactive_because
 from gaca_cli.errors import GacaError
+from gaca_cli.files import missing_dirs, remove_empty
+from gaca_cli.lm.checkpoints import (
+    CHECKPOINTS_DIR,
+    METRICS_FILE,
+    RUN_FILE,
+    START_FILE,
+    STATE_FILE,
+    check_resumable,
+    finite_or_none,
+    latest_checkpoint,
+    prune_checkpoints,
+    remove_partial_checkpoints,
+    resume_fields,
+    truncate_metrics,
+)
+from gaca_cli.lm.policy import action_logprobs, apply_lora, disable_dropout, logits_keep_mode
 from gaca_cli.lm.train_config import TrainConfig
+from gaca_cli.lm.train_data import build_train_data, read_advantages
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import output_column_problem, prepare_log, rows_text
-from gaca_cli.log.grouping import plain
-from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log, missing_dirs, remove_empty
-from gaca_cli.log.schema import is_list_type
-
-#: --loss choices: the keys of losses.TOKEN_LOSSES (a test keeps them equal; this module is
-#: imported by the command line, which must not import torch)
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS_DIR = "checkpoints"
-RUN_FILE = "gaca-train.json"  # written last: its presence means the run finished
-STATE_FILE = "trainer_state.json"  # inside a checkpoint, written last: marks it complete
-#: in CHECKPOINTS_DIR: what a run started with (options, data and model fingerprints), so that
-#: --resume refuses other ones even before the first checkpoint
-START_FILE = "started.json"
-
-#: fields that may change between an interrupted run and its `--resume`
-_RESUME_MAY_CHANGE = ("save_every", "keep_checkpoints")
-
-
-@dataclass(frozen=True)
-class TrainData:
-    """The steps that take part in training, in canonical (group, trajectory, step) order.
-
-    input_ids:  S arrays int64 [len_i]  context tokens then action tokens
-    n_context:  int64 [S]               number of context tokens of each sequence
-    advantage:  float32 [S]
-    behavior:   S arrays float32 [n_action_i], or None (μ's log-prob of each action token)
-    rows:       int64 [S]               original row of each sequence in the log
-    """
-
-    input_ids: list[np.ndarray]
-    n_context: np.ndarray
-    advantage: np.ndarray
-    behavior: list[np.ndarray] | None
-    behavior_source: str | None
-    rows: np.ndarray
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self.input_ids))
-
-    @property
-    def n_action(self) -> np.ndarray:
-        return self.lengths - self.n_context
-
-    def fingerprint(self) -> str:
-        """sha256 over tokens, context lengths, advantages and the behaviour log-probs (the
-        columns the updates read): `--resume` refuses other data."""
-        h = hashlib.sha256()
-        h.update(np.asarray(len(self), dtype=np.int64).tobytes())
-        h.update(self.n_context.astype(np.int64).tobytes())
-        h.update(self.advantage.astype(np.float32).tobytes())
-        h.update(self.lengths.tobytes())
-        for ids in self.input_ids:
-            h.update(ids.astype(np.int64).tobytes())
-        h.update(f"behavior:{self.behavior_source}".encode())
-        for logprobs in self.behavior or []:
-            h.update(np.asarray(logprobs, dtype=np.float32).tobytes())
-        return h.hexdigest()[:16]
-
-
-def _row_error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
-    return GacaError(
-        rule,
-        file=log.files_of_rows(rows) if len(rows) else log.source,
-        column=log.original_name(column),
-        rows=rows_text(log.table, rows),
-        n_rows=len(rows),
-    )
-
-
-def read_advantages(log: Log, index: TrajectoryIndex) -> np.ndarray:
-    """float64 [N] advantages in canonical order; a GacaError names null, non-finite or
-    beyond-float32 rows (`checks.output_column_problem`, which `gaca validate --for
-    train-offline` runs too)."""
-    problem = output_column_problem(log, float32=True)
-    if problem is not None:
-        raise problem
-    return plain(log.table.column(C.ADVANTAGE)).cast(pa.float64()).to_numpy(zero_copy_only=False)[index.order]
-
-
-def _warn_other_temperature(log: Log, config: TrainConfig) -> None:
-    """A warning when `token_logprobs` were scored at another -T (the file's gaca.score
-    metadata) than this run divides the logits by: π/μ would compare two temperatures."""
-    try:
-        scored = json.loads(log.metadata.get(C.META_SCORE, "{}")).get("temperature")
-    except (ValueError, AttributeError):
-        return
-    if isinstance(scored, (int, float)) and float(scored) != config.temperature:
-        warnings.warn(
-            f"{log.source}: token_logprobs were scored with -T {scored:g} (gaca.score metadata), this run uses "
-            f"-T {config.temperature:g}: the ratios π/μ compare two temperatures; give -T {scored:g} to match",
-            stacklevel=2,
-        )
-
-
-def choose_behavior(
-    log: Log,
-    index: TrajectoryIndex,
-    n_action: np.ndarray,
-    kept: np.ndarray,
-    config: TrainConfig,
-) -> tuple[str | None, list | None]:
-    """Pick the column that gives μ's per-token log-probs, aligned with the action tokens.
-
-    `auto`: `behavior_logprobs` if every kept step has as many values as action tokens, else
-    `token_logprobs` under the same rule (written by `gaca score --token-logprobs` with the
-    starting model). A column named explicitly must align. Returns (column, lists in canonical
-    order) or (None, None) when the objective does not need μ and no column aligns.
-    """
-    required = config.needs_behavior
-    names = (C.BEHAVIOR_LOGPROBS, C.TOKEN_LOGPROBS) if config.behavior == "auto" else (config.behavior,)
-    present = [c for c in names if c in log.table.column_names]
-    problems: list[GacaError] = []
-    for name in present:
-        col = plain(log.table.column(name))
-        if not (is_list_type(col.type) and pa.types.is_floating(col.type.value_type)):
-            problems.append(
-                GacaError(
-                    f"type {col.type} is not usable here; expected list<float32>",
-                    file=log.source,
-                    column=log.original_name(name),
-                )
-            )
-            continue
-        values = index.sorted_column(log.table, name)
-        lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
-        lengths = np.where(np.isnan(lengths.astype(np.float64)), -1, lengths).astype(np.int64)
-        nulls = np.flatnonzero(kept & (lengths < 0))
-        if len(nulls):
-            problems.append(_row_error(log, name, "is null on steps that are trained on", index.order[nulls]))
-            continue
-        bad = np.flatnonzero(kept & (lengths != n_action))
-        if len(bad):
-            hint = (
-                "; run `gaca score --token-logprobs --model <the starting model>` and use --behavior token_logprobs"
-                if name == C.BEHAVIOR_LOGPROBS
-                else "; score with the same tokenizer as --model"
-            )
-            problems.append(
-                _row_error(
-                    log,
-                    name,
-                    f"has a different number of log-probs than the action has tokens under this tokenizer "
-                    f"(first: {lengths[bad[0]]} vs {n_action[bad[0]]}){hint}",
-                    index.order[bad],
-                )
-            )
-            continue
-        lists = values.to_pylist()
-        nonfinite = [i for i in np.flatnonzero(kept) if not np.all(np.isfinite(np.asarray(lists[i], dtype=np.float64)))]
-        if nonfinite:
-            problems.append(
-                _row_error(log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)])
-            )
-            continue
-        if name == C.TOKEN_LOGPROBS:
-            _warn_other_temperature(log, config)
-        return name, lists
-    if not required:
-        return None, None
-    if problems:
-        raise problems[0]
-    if config.behavior != "auto":
-        raise GacaError(
-            f"--behavior {config.behavior}: the log has no such column",
-            file=log.source,
-            column=config.behavior,
-        )
-    raise GacaError(
-        f"--loss {config.loss} needs the behavior policy's per-token log-probs: the log has neither "
-        f"'{C.BEHAVIOR_LOGPROBS}' nor '{C.TOKEN_LOGPROBS}'; run `gaca score --token-logprobs --model "
-        "<the starting model>` first, or use --loss pg, awr or filtered-bc",
-        file=log.source,
-        column=C.BEHAVIOR_LOGPROBS,
-    )
-
-
-def build_train_data(
-    log: Log,
-    index: TrajectoryIndex,
-    tokenizer,
-    config: TrainConfig,
-    vocab_size: int | None = None,
-    position_limit: int | None = None,
-) -> TrainData:
-    """Keep the steps that carry a gradient, tokenise them as `gaca score` does
-    (`tokenization.tokenize_steps`, same --context / --add-special-tokens / --strict-prefix)
-    and align μ with their action tokens. Steps kept must fit the model's `position_limit`
-    (models.position_limit; --max-length skips longer ones)."""
-    from gaca_cli.lm.tokenization import check_positions, tokenize_steps
-
-    advantage = read_advantages(log, index)
-    useful = config.carries_gradient(advantage)
-    candidates = np.flatnonzero(useful)
-    tokens = tokenize_steps(
-        log,
-        index.order[candidates],
-        tokenizer,
-        context=config.context,
-        add_special_tokens=config.add_special_tokens,
-        strict_prefix=config.strict_prefix,
-        vocab_size=vocab_size,
-        model=config.model,
-    )
-    n = index.n_rows
-    n_ctx = np.zeros(n, dtype=np.int64)
-    n_act = np.zeros(n, dtype=np.int64)
-    n_ctx[candidates] = [len(c) for c in tokens.context]
-    n_act[candidates] = [len(a) for a in tokens.action]
-    empty_action = useful & (n_act == 0)
-    too_long = useful & ~empty_action & (n_ctx + n_act > config.max_length) if config.max_length else np.zeros(n, bool)
-    kept = useful & ~empty_action & ~too_long
-    counts = {
-        "rows": int(n),
-        "no_gradient": int(np.sum(~useful)),
-        "empty_action": int(np.sum(empty_action)),
-        "too_long": int(np.sum(too_long)),
-        "prefix_mismatch": int(np.sum(tokens.prefix_mismatch)),
-    }
-    behavior_source, behavior_lists = choose_behavior(log, index, n_act, kept, config)
-    keep_idx = np.flatnonzero(kept)
-    counts["trained"] = int(len(keep_idx))
-    if len(keep_idx) == 0:
-        why = {
-            "ppo": "A = 0 on every step (ppo and pg get no gradient from it)",
-            "pg": "A = 0 on every step (ppo and pg get no gradient from it)",
-            "filtered-bc": f"no step has A > {config.bc_threshold:g} (--bc-threshold)",
-            "awr": "no step has action tokens",
-        }[config.loss]
-        if useful.any() and not (config.loss == "awr" and empty_action.all()):
-            why = "every step with a gradient was skipped"
-            if counts["too_long"]:
-                why += f" (--max-length {config.max_length})"
-        detail = ", ".join(
-            f"{k.replace('_', ' ')}: {v}" for k, v in counts.items() if v and k not in ("rows", "trained")
-        )
-        raise GacaError(
-            f"no step to train on: {why} ({detail})", file=log.source, column=log.original_name(C.ADVANTAGE)
-        )
-    position_of = np.full(n, -1, dtype=np.int64)
-    position_of[candidates] = np.arange(len(candidates))
-    check_positions(
-        log,
-        index.order[keep_idx],
-        (n_ctx + n_act)[keep_idx],
-        tokens.source[position_of[keep_idx]],
-        position_limit,
-        f"; skip such steps with --max-length {position_limit}",
-    )
-    input_ids = [np.concatenate([tokens.context[j], tokens.action[j]]).astype(np.int64) for j in position_of[keep_idx]]
-    behavior = None
-    if behavior_lists is not None:
-        behavior = [np.asarray(behavior_lists[i], dtype=np.float32) for i in keep_idx]
-    return TrainData(
-        input_ids=input_ids,
-        n_context=n_ctx[keep_idx],
-        advantage=advantage[keep_idx].astype(np.float32),
-        behavior=behavior,
-        behavior_source=behavior_source,
-        rows=index.order[keep_idx],
-        counts=counts,
-    )
-
+from gaca_cli.log.checks import prepare_log
+from gaca_cli.log.reading import Log
 
 # --------------------------------------------------------------------------------------------
 # schedule and batches: pure functions of (config, step)
@@ -390,267 +134,6 @@ def micro_batches(lengths: np.ndarray, max_batch_tokens: int, rank: int = 0, wor
     if current:
         out.append(np.asarray(current, dtype=np.int64))
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# the model side
-
-
-KEEP_MODES = ("mask", "positions", "full")
-
-
-def logits_keep_mode(model) -> str:
-    """How `action_logprobs` asks this model for the logits at the action positions only:
-
-    - `mask`: `logits_to_keep` as a boolean [B, L] mask (recent transformers): exactly the
-      kept positions, flattened;
-    - `positions`: `logits_to_keep` as 1-D positions kept in every row (older transformers,
-      where a 2-D tensor fails): the union of the rows' action positions;
-    - `full`: a forward without `logits_to_keep` (models whose forward lacks it).
-
-    Probed once per model (a peft or DDP wrapper passes the argument through) on a 2×6 batch:
-    a mode is taken when its logits equal the full forward's at the kept positions."""
-    import torch
-
-    device = next(model.parameters()).device
-    vocab = model.get_input_embeddings().num_embeddings
-    ids = (torch.arange(12, device=device).reshape(2, 6) * 7919 + 3) % vocab
-    mask = torch.zeros((2, 6), dtype=torch.bool, device=device)
-    mask[0, 1:4] = True
-    mask[1, 3:5] = True
-    training = model.training
-    model.eval()  # no dropout in the comparison
-    try:
-        with torch.no_grad():
-            want = model(input_ids=ids, use_cache=False).logits.float()[mask]
-            scale = max(1.0, float(want.abs().max()))
-            for mode in ("mask", "positions"):
-                try:
-                    got = kept_logits(model, ids, mask, mode).float()
-                except (IndexError, RuntimeError, TypeError, ValueError):
-                    continue
-                if got.shape == want.shape and torch.allclose(got, want, rtol=1e-4, atol=1e-4 * scale):
-                    return mode
-        return "full"
-    finally:
-        model.train(training)
-
-
-def kept_logits(model, ids, keep, mode: str):
-    """[keep.sum(), V] logits at the True positions of `keep` ([B, L]), in row-major order."""
-    if mode == "mask":
-        return model(input_ids=ids, logits_to_keep=keep, use_cache=False).logits
-    if mode == "positions":
-        cols = keep.any(dim=0).nonzero().squeeze(1)
-        return model(input_ids=ids, logits_to_keep=cols, use_cache=False).logits[keep[:, cols]]
-    if mode != "full":
-        raise ValueError(f"keep mode must be one of {', '.join(KEEP_MODES)}, got {mode!r}")
-    return model(input_ids=ids, use_cache=False).logits[keep]
-
-
-def action_logprobs(
-    model,
-    sequences: Sequence[np.ndarray],
-    n_context: Sequence[int],
-    pad_id: int,
-    device,
-    temperature: float = 1.0,
-    keep_mode: str | None = None,
-):
-    """log π(y_t | x, y_<t) of every action token of a micro-batch, float32 [Σ n_action].
-
-    Right-padded [B, L] input with no attention mask: causal attention never looks to the
-    right, so padding cannot change a real position, and SDPA keeps its causal fast path (as in
-    `gaca score`). Logits are computed only at the positions that predict an action token
-    (`keep_mode`, `logits_keep_mode(model)` when None: with `mask` no [B, L, V] tensor is built),
-    divided by the temperature, and normalised in float32. Order: sequence by sequence, tokens
-    in order (the same order as concatenating the per-sequence action arrays).
-    """
-    import torch
-
-    batch = len(sequences)
-    longest = max(len(s) for s in sequences)
-    ids = torch.full((batch, longest), pad_id, dtype=torch.long)
-    keep = torch.zeros((batch, longest), dtype=torch.bool)
-    for i, (seq, n_ctx) in enumerate(zip(sequences, n_context)):
-        ids[i, : len(seq)] = torch.from_numpy(np.asarray(seq, dtype=np.int64))
-        keep[i, n_ctx - 1 : len(seq) - 1] = True
-    targets = ids[:, 1:][keep[:, :-1]]
-    ids, keep, targets = ids.to(device), keep.to(device), targets.to(device)
-    logits = kept_logits(model, ids, keep, keep_mode or logits_keep_mode(model)).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-
-def disable_dropout(model) -> None:
-    """Dropout off everywhere (as TRL and verl do): the ratio π_θ/μ must be exactly 1 at the
-    start. Attention modules keep their dropout rate in a float attribute."""
-    import torch
-
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        if isinstance(getattr(module, "attention_dropout", None), float):
-            module.attention_dropout = 0.0
-
-
-def apply_lora(model, config: TrainConfig):
-    """Wrap the model with a peft LoRA adapter (r, α = 2r by default, the given targets)."""
-    from peft import LoraConfig, get_peft_model
-
-    from gaca_cli.lm.models import peft_quiet
-
-    targets: Any = list(config.lora_targets)
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    lora = LoraConfig(
-        r=config.lora_r,
-        # peft annotates lora_alpha as int, but the scale alpha/r takes any number
-        lora_alpha=config.lora_alpha if config.lora_alpha is not None else 2 * config.lora_r,  # type: ignore[arg-type]
-        lora_dropout=0.0,
-        target_modules=targets,
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-    try:
-        with peft_quiet():
-            return get_peft_model(model, lora)
-    except ValueError as exc:
-        raise GacaError(f"--lora-targets {','.join(config.lora_targets)}: {str(exc).splitlines()[0]}") from None
-
-
-# --------------------------------------------------------------------------------------------
-# output directory, checkpoints, metrics
-
-
-def describe_out_dir(out_dir: Path) -> str:
-    """`missing`, `empty`, `run` (holds a run: checkpoints or metrics) or `other` (files)."""
-    if not out_dir.exists():
-        return "missing"
-    if not out_dir.is_dir():
-        return "other"
-    names = set(os.listdir(out_dir))
-    if not names:
-        return "empty"
-    if names & {CHECKPOINTS_DIR, METRICS_FILE, RUN_FILE}:
-        return "run"
-    return "other"
-
-
-def check_out_dir(out_dir: Path, resume: bool) -> None:
-    """Refuse to mix runs: without --resume OUT_DIR must be new or empty; with --resume it may
-    also hold a run (a new or empty OUT_DIR starts one: nothing to continue). Raises ValueError."""
-    state = describe_out_dir(out_dir)
-    if resume:
-        if state == "other":
-            raise ValueError(f"--resume: {out_dir} holds files but no training run to continue; choose another -o")
-        return
-    if state == "run":
-        raise ValueError(f"{out_dir} already holds a training run; add --resume to continue it, or choose another -o")
-    if state == "other":
-        raise ValueError(f"{out_dir} exists and is not an empty directory; choose another -o")
-
-
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The newest complete checkpoint (its trainer_state.json is written last)."""
-    root = out_dir / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return None
-    done = sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / STATE_FILE).exists())
-    return done[-1] if done else None
-
-
-def _prune_checkpoints(out_dir: Path, keep: int) -> None:
-    root = out_dir / CHECKPOINTS_DIR
-    complete = sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / STATE_FILE).exists())
-    for old in complete[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    remove_partial_checkpoints(out_dir)
-
-
-def remove_partial_checkpoints(out_dir: Path) -> None:
-    """Remove the checkpoints a run was killed while saving (`step-N.tmp`: a complete one is
-    renamed to `step-N`): after each save, and when a run is resumed."""
-    root = out_dir / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return
-    for partial in root.iterdir():
-        if partial.name.startswith("step-") and partial.name.endswith(".tmp"):
-            shutil.rmtree(partial, ignore_errors=True)
-
-
-def _resume_fields(config: TrainConfig) -> dict:
-    from gaca_cli.lm.models import model_key
-
-    meta = config.as_metadata() | {"model": model_key(config.model)}
-    for name in _RESUME_MAY_CHANGE:
-        meta.pop(name, None)
-    for f in fields(config):  # an option that does nothing here (--clip-high with --loss pg) is not compared
-        if f.name in meta and inactive_because(config, f.name) is not None:
-            meta.pop(f.name)
-    return meta
-
-
-def _device_kind(device: Any) -> str | None:
-    """What a `--device` value trains on here: cpu or cuda (None for anything else)."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" or (isinstance(device, str) and device.startswith("cuda")):
-        return "cpu" if device == "cpu" else "cuda"
-    return None
-
-
-def _check_resumable(
-    state: dict, config: TrainConfig, fingerprint: str, model_fingerprint: str, checkpoint: Path
-) -> None:
-    then = state.get("config", {})
-    now = _resume_fields(config)
-    for name, value in now.items():
-        if name == "device" and _device_kind(value) is not None and _device_kind(then.get(name)) == _device_kind(value):
-            continue  # the same kind of device under another name (auto = cpu without a GPU; cuda:N = cuda)
-        if then.get(name) != value:
-            raise GacaError(
-                f"--resume: the run was started with {name} = {then.get(name)!r}, now {value!r}; "
-                "resume with the same options, or start a new run in another -o",
-                file=str(checkpoint),
-            )
-    if state.get("data_fingerprint") != fingerprint:
-        raise GacaError(
-            "--resume: the training data differ from those the run started with (other log, "
-            "advantages or tokenizer); resume with the same log, or start a new run in another -o",
-            file=str(checkpoint),
-        )
-    if state.get("model_fingerprint") != model_fingerprint:
-        raise GacaError(
-            f"--resume: the starting model {config.model} is not the one the run started from (its files "
-            "changed); resume with the same model, or start a new run in another -o",
-            file=str(checkpoint),
-        )
-
-
-def _truncate_metrics(path: Path, last_step: int) -> None:
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= last_step:
-                kept.append(line)
-        except json.JSONDecodeError:
-            break  # a line cut by the interruption
-    tmp = path.with_name(path.name + ".tmp")  # replaced at once: a kill keeps the old lines
-    tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -783,11 +266,11 @@ class _Trainer:
             started = self.out_dir / CHECKPOINTS_DIR / START_FILE
             if self.checkpoint is not None:
                 state = json.loads((self.checkpoint / STATE_FILE).read_text(encoding="utf-8"))
-                _check_resumable(state, config, self.fingerprint, self.model_fingerprint, self.checkpoint)
+                check_resumable(state, config, self.fingerprint, self.model_fingerprint, self.checkpoint)
                 self.start_step = int(state["step"])
             elif started.exists():  # killed before its first checkpoint: it starts again, if the same run
                 state = json.loads(started.read_text(encoding="utf-8"))
-                _check_resumable(state, config, self.fingerprint, self.model_fingerprint, started)
+                check_resumable(state, config, self.fingerprint, self.model_fingerprint, started)
         self.model = model
 
     # ---- reference log-probs for the KL penalty ----
@@ -972,7 +455,7 @@ class _Trainer:
         """What a checkpoint (and START_FILE) records for --resume to check and continue."""
         return {
             "step": step,
-            "config": _resume_fields(self.config),
+            "config": resume_fields(self.config),
             "data_fingerprint": self.fingerprint,
             "model_fingerprint": self.model_fingerprint,
             "gaca_version": __version__,
@@ -993,7 +476,7 @@ class _Trainer:
             (tmp / STATE_FILE).write_text(json.dumps(self.state(step), indent=2, default=str), encoding="utf-8")
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-            _prune_checkpoints(self.out_dir, self.config.keep_checkpoints)
+            prune_checkpoints(self.out_dir, self.config.keep_checkpoints)
         acc.wait_for_everyone()
 
     def restore(self) -> None:
@@ -1002,7 +485,7 @@ class _Trainer:
         if self.checkpoint is not None:
             self.accelerator.load_state(str(self.checkpoint))
         if self.accelerator.is_main_process:
-            _truncate_metrics(self.out_dir / METRICS_FILE, self.start_step)
+            truncate_metrics(self.out_dir / METRICS_FILE, self.start_step)
             remove_partial_checkpoints(self.out_dir)
 
     def record_start(self) -> None:
@@ -1076,7 +559,7 @@ class _Trainer:
         doc = json.loads(path.read_text(encoding="utf-8")).get(C.META_TRAIN, {})
         if "state" not in doc:  # written before runs recorded their state: trained again, as then
             return None
-        _check_resumable(doc["state"], self.config, self.fingerprint, self.model_fingerprint, path)
+        check_resumable(doc["state"], self.config, self.fingerprint, self.model_fingerprint, path)
         metrics_path = self.out_dir / METRICS_FILE
         lines = metrics_path.read_text(encoding="utf-8").splitlines() if metrics_path.exists() else []
         summary = {**doc["summary"], "already_finished": True}
@@ -1114,7 +597,7 @@ class _Trainer:
         history: list[dict] = []
         wall = time.perf_counter()
         for step in range(self.start_step, self.total):
-            record = {k: _clean(v) for k, v in self.step(step).items()}
+            record = {k: finite_or_none(v) for k, v in self.step(step).items()}
             history.append(record)
             if acc.is_main_process:
                 with metrics_path.open("a", encoding="utf-8") as fh:
@@ -1155,7 +638,7 @@ class _Trainer:
             "warnings": self.warnings,
             "final": {k: last.get(k) for k in ("loss", "policy_loss", "kl", "ratio_mean", "clip_frac", "grad_norm")},
             "tokens": tokens,
-            "tokens_per_s": _clean(tokens / wall) if wall > 0 and tokens else None,
+            "tokens_per_s": finite_or_none(tokens / wall) if wall > 0 and tokens else None,
             "wall_s": round(wall, 3),
             "processes": self.accelerator.num_processes,
             "device": str(self.device),

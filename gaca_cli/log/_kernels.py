@@ -1,7 +1,7 @@
 """The compiled twin (numba) of the row index, for large logs: the structure rules of the log
 schema and the placement of every row in (trajectory, step) order in one pass each, where the
 numpy code of gaca_cli.log.checks (the definition, and the one that reports offending rows)
-takes several. Chosen by the caller (`prepare_log(..., compiled=True)`: `gaca advantages` on a
+takes several. Chosen by the caller (`prepare_log(..., CheckOptions.COMPILED)`: `gaca advantages` on a
 large log, see gaca_cli/credit/_compiled.py); same conventions as
 gaca_cli.credit._kernels (cached next to this file, no fastmath)."""
 

@@ -27,9 +27,9 @@ import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.grouping import plain
+from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet, statistics_null_count
+from gaca_cli.log.reading import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet, statistics_null_count
 
 if TYPE_CHECKING:
     import polars as pl
@@ -110,7 +110,7 @@ class PolarsAnchors(Anchors):
         return (self.series.gather(rows_a) == self.series.gather(rows_b)).to_numpy()
 
     def values(self, rows: np.ndarray) -> pa.Array:
-        return plain(self.series.gather(rows).to_arrow())
+        return contiguous_decoded(self.series.gather(rows).to_arrow())
 
     def empty_count(self) -> int | None:
         import polars as pl
@@ -234,7 +234,7 @@ class StreamedAnchors(Anchors):
 
     def _verified_pieces(self) -> Iterator[pl.Series]:
         """The column's text in row order, in pieces of at most `PIECE_ROWS` rows as pyarrow
-        reads them (page checksums verified: see gaca_cli.log.io.open_parquet), each as the
+        reads them (page checksums verified: see gaca_cli.log.reading.open_parquet), each as the
         polars String series `_read` gives. When no row group holds more than two batches of
         text, row groups (of all the files, in order) are read `READ_THREADS` at a time, each
         by a thread with a reader of its own, and handed on in order; otherwise the files are
@@ -327,7 +327,7 @@ class StreamedAnchors(Anchors):
             alive = kept_until >= stop  # drop what no pair needs any more
             if alive.all() and not len(new):
                 continue
-            copied = plain(at(keep_rows[new]).to_arrow())  # its own buffers, not the batch's
+            copied = contiguous_decoded(at(keep_rows[new]).to_arrow())  # its own buffers, not the batch's
             kept = pa.concat_arrays([kept.filter(pa.array(alive)), copied])
             kept_rows = np.concatenate([kept_rows[alive], keep_rows[new]])
             kept_until = np.concatenate([kept_until[alive], keep_until[new]])
@@ -339,7 +339,7 @@ class StreamedAnchors(Anchors):
         parts = [pa.array([], type=pa.large_string())]
         for k in np.unique(self._batch_of(wanted)).tolist():
             i, j = np.searchsorted(wanted, self._batch_start[k : k + 2])
-            parts.append(plain(self._lookup(k, wanted[i:j])(wanted[i:j]).to_arrow()))
+            parts.append(contiguous_decoded(self._lookup(k, wanted[i:j])(wanted[i:j]).to_arrow()))
         return pa.concat_arrays(parts).take(pa.array(inverse))
 
     def _rows(self, rows: np.ndarray) -> np.ndarray:
@@ -512,7 +512,7 @@ def _pieces(reader: pq.ParquetFile, column: str, size: int, row_groups: list[int
     import polars as pl
 
     for batch in reader.iter_batches(batch_size=size, columns=[column], row_groups=row_groups):
-        text = _as_string_series(pl.from_arrow(plain(batch.column(0))))
+        text = _as_string_series(pl.from_arrow(contiguous_decoded(batch.column(0))))
         yield batch.num_rows, batch.column(0).null_count, text
 
 

@@ -1,6 +1,6 @@
 """The input checks of log-schema.md, and the row index every command computes on.
 
-`inspect_log` runs every check and collects all violations (for `gaca validate`);
+`check_log` runs every check and collects all violations (for `gaca validate`);
 `prepare_log` runs the same checks and raises the first violation (for every other command).
 Both return the row index (`gaca_cli.log.index.TrajectoryIndex`): the rows of each trajectory
 in step order, built in O(N) without sorting (a row's position is its trajectory's start plus
@@ -9,6 +9,7 @@ its step).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,14 +19,24 @@ import pyarrow.compute as pc
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings
-from gaca_cli.log.grouping import id_codes, plain
+from gaca_cli.log.grouping import contiguous_decoded, id_codes
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 from gaca_cli.log.schema import COMMAND_NEEDS, INPUT_BY_NAME
 
 
+class CheckOptions(enum.Flag):
+    """How `check_log` and `prepare_log` build the row index and which warnings they count."""
+
+    NONE = 0
+    CANONICAL_ORDER = enum.auto()  # the index in canonical order, else in the file's (see TrajectoryIndex)
+    ANCHOR_WARNINGS = enum.auto()  # count the anchor warnings (else the caller does, from its step groups)
+    COMPILED = enum.auto()  # check and build the index with the compiled kernels (see `_structure_checks`)
+    DEFAULT = CANONICAL_ORDER | ANCHOR_WARNINGS
+
+
 @dataclass
-class Inspection:
+class CheckReport:
     violations: list[GacaError] = field(default_factory=list)
     warnings: dict[str, int] = field(default_factory=dict)
     index: TrajectoryIndex | None = None
@@ -42,7 +53,7 @@ def rows_text(table: pa.Table, rows: np.ndarray) -> list[str]:
     return [f"({t}, {s})" for t, s in zip(tids, steps)]
 
 
-def _violation(log: Log, column: str, rule: str, rows: np.ndarray | None = None) -> GacaError:
+def row_violation(log: Log, column: str, rule: str, rows: np.ndarray | None = None) -> GacaError:
     rows = np.asarray([], dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     return GacaError(
         rule,
@@ -64,7 +75,7 @@ def _null_violation(log: Log, column: str, rows: np.ndarray) -> GacaError:
             file=lacking[0],
             column=log.original_name(column),
         )
-    return _violation(log, column, "must not be null", rows)
+    return row_violation(log, column, "must not be null", rows)
 
 
 def _null_rows(arr: pa.ChunkedArray) -> np.ndarray:
@@ -76,7 +87,7 @@ def _null_rows(arr: pa.ChunkedArray) -> np.ndarray:
 _FINITE = (C.REWARD, C.EPISODE_REWARD, C.NLL_MEAN, C.NLL_SUM)
 
 
-def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
+def _column_checks(log: Log, out: CheckReport) -> tuple[set[str], bool]:
     """Presence, types, nulls and finiteness, column by column. Returns the columns that broke
     a rule (later checks leave them alone) and whether a required column is unusable.
 
@@ -92,13 +103,13 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
         before = len(out.violations)
         if spec.name not in schema.names:
             if spec.required:
-                out.violations.append(_violation(log, spec.name, "required column is missing"))
+                out.violations.append(row_violation(log, spec.name, "required column is missing"))
                 fatal = True
             continue
         file_type = schema.field(spec.name).type
         if not spec.accepts(file_type):
             out.violations.append(
-                _violation(log, spec.name, f"type {file_type} is not usable here; expected {spec.accepted_types}")
+                row_violation(log, spec.name, f"type {file_type} is not usable here; expected {spec.accepted_types}")
             )
             bad.add(spec.name)
             fatal |= spec.required
@@ -122,26 +133,26 @@ def _column_checks(log: Log, out: Inspection) -> tuple[set[str], bool]:
             # nulls (allowed in the NLL columns) are not offenders
             rows = np.flatnonzero(~pc.is_finite(col).fill_null(True).to_numpy(zero_copy_only=False))
             if len(rows):
-                out.violations.append(_violation(log, spec.name, "must be finite (no NaN, no ±inf)", rows))
+                out.violations.append(row_violation(log, spec.name, "must be finite (no NaN, no ±inf)", rows))
         if spec.name == C.BEHAVIOR_LOGPROBS:
-            lists = plain(col)
+            lists = contiguous_decoded(col)
             finite = pc.is_finite(pc.list_flatten(lists)).to_numpy(zero_copy_only=False)
             if not finite.all():
                 parents = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False)
                 rows = np.unique(parents[~finite])
-                out.violations.append(_violation(log, spec.name, "log-probabilities must be finite", rows))
+                out.violations.append(row_violation(log, spec.name, "log-probabilities must be finite", rows))
         if len(out.violations) > before:
             bad.add(spec.name)
 
     pair = (C.BEHAVIOR_LOGPROBS, C.ACTION_TOKEN_IDS)
     if all(name in table.column_names for name in pair) and not bad.intersection(pair):
-        lp = pc.list_value_length(plain(table.column(C.BEHAVIOR_LOGPROBS))).to_numpy(zero_copy_only=False)
-        ti = pc.list_value_length(plain(table.column(C.ACTION_TOKEN_IDS))).to_numpy(zero_copy_only=False)
+        lp = pc.list_value_length(contiguous_decoded(table.column(C.BEHAVIOR_LOGPROBS))).to_numpy(zero_copy_only=False)
+        ti = pc.list_value_length(contiguous_decoded(table.column(C.ACTION_TOKEN_IDS))).to_numpy(zero_copy_only=False)
         both = ~np.isnan(lp.astype(np.float64)) & ~np.isnan(ti.astype(np.float64))
         rows = np.flatnonzero(both & (lp != ti))
         if len(rows):
             out.violations.append(
-                _violation(log, C.BEHAVIOR_LOGPROBS, "len(behavior_logprobs) must equal len(action_token_ids)", rows)
+                row_violation(log, C.BEHAVIOR_LOGPROBS, "len(behavior_logprobs) must equal len(action_token_ids)", rows)
             )
     return bad, fatal
 
@@ -162,7 +173,7 @@ class _RowIds:
 
 
 def _structure_checks(
-    log: Log, out: Inspection, bad: set[str], canonical: bool = True, compiled: bool = False
+    log: Log, out: CheckReport, bad: set[str], canonical: bool = True, compiled: bool = False
 ) -> TrajectoryIndex | None:
     """Steps 0..T-1 without duplicates, per-trajectory constancy rules, one group per
     trajectory; then the row index (canonical or file order, see TrajectoryIndex). `compiled`
@@ -173,7 +184,7 @@ def _structure_checks(
     n = table.num_rows
     traj_of_row, traj_rank, _ = id_codes(table.column(C.TRAJ_ID))
     group_of_row, group_rank, _ = id_codes(table.column(C.GROUP_ID))
-    step = plain(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    step = contiguous_decoded(table.column(C.STEP_IDX)).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     ids = _RowIds(traj_of_row, traj_rank, group_of_row, group_rank, step)
     n_traj = len(traj_rank)
     if compiled:  # every structure rule and the index in compiled passes; the numpy code reports
@@ -181,7 +192,7 @@ def _structure_checks(
 
         done = np.zeros(0, dtype=bool)
         if C.DONE in table.column_names and C.DONE not in bad:
-            done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+            done = contiguous_decoded(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
         episode_reward = np.zeros(0)
         if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
             episode_reward = table.column(C.EPISODE_REWARD).cast(pa.float64()).to_numpy()
@@ -198,14 +209,16 @@ def _structure_checks(
     duplicate = in_range & (occupancy[pos] > 1)
     if duplicate.any():
         out.violations.append(
-            _violation(
+            row_violation(
                 log, C.STEP_IDX, "(traj_id, step_idx) must be unique", ids.by_id_and_step(np.flatnonzero(duplicate))
             )
         )
     # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
     gap_rows = ids.by_id_and_step(np.flatnonzero(~in_range))
     if len(gap_rows):
-        out.violations.append(_violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows))
+        out.violations.append(
+            row_violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
+        )
     if duplicate.any() or len(gap_rows):
         return None
 
@@ -218,7 +231,7 @@ def _structure_checks(
 
 def _trajectory_rules(  # noqa: PLR0913
     log: Log,
-    out: Inspection,
+    out: CheckReport,
     bad: set[str],
     canonical: bool,
     ids: _RowIds,
@@ -232,23 +245,23 @@ def _trajectory_rules(  # noqa: PLR0913
     n = table.num_rows
     traj_of_row, group_of_row, by_id_and_step = ids.traj, ids.group, ids.by_id_and_step
     if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
-        er = plain(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
+        er = contiguous_decoded(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
         differs = er != np.repeat(er[starts], lengths)
         if differs.any():
             out.violations.append(
-                _violation(
+                row_violation(
                     log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs])
                 )
             )
 
     if C.DONE in table.column_names and C.DONE not in bad:
-        done = plain(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
+        done = contiguous_decoded(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
         last = np.zeros(n, dtype=bool)
         last[order[starts + lengths - 1]] = True
         early = np.flatnonzero(done & ~last)
         if len(early):
             out.violations.append(
-                _violation(
+                row_violation(
                     log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early)
                 )
             )
@@ -258,7 +271,9 @@ def _trajectory_rules(  # noqa: PLR0913
     if mixed.any():
         bad_traj = np.unique(traj_of_row[mixed])
         rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
-        out.violations.append(_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows))
+        out.violations.append(
+            row_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows)
+        )
         return None
 
     return _index(canonical, ids, order, starts, lengths, traj_group)
@@ -302,26 +317,26 @@ def output_column_problem(log: Log, column: str = C.ADVANTAGE, float32: bool = F
     the other numeric columns `gaca advantages` writes: a type that is not a number, nulls, NaN
     or ±inf, a `gaca_weight` outside [0, 1], and with `float32` (train-offline, whose losses
     are float32) a value float32 would turn into ±inf; None when every row has a usable value."""
-    col = plain(log.table.column(column))
+    col = contiguous_decoded(log.table.column(column))
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
-        return _violation(
+        return row_violation(
             log,
             column,
             f"type {col.type} is not usable here; expected a number (as `gaca advantages` writes)",
         )
     nulls = _null_rows(col)
     if len(nulls):
-        return _violation(log, column, "must not be null", nulls)
+        return row_violation(log, column, "must not be null", nulls)
     values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
-        return _violation(log, column, "must be finite (no NaN, no ±inf)", bad)
+        return row_violation(log, column, "must be finite (no NaN, no ±inf)", bad)
     if float32 and len(big := np.flatnonzero(np.abs(values) > np.finfo(np.float32).max)):
-        return _violation(
+        return row_violation(
             log, column, "must fit in float32 (|value| ≤ 3.4e38): train-offline computes its losses in float32", big
         )
     if column == C.GACA_WEIGHT and len(out := np.flatnonzero((values < 0) | (values > 1))):
-        return _violation(log, column, "must be a weight in [0, 1]", out)
+        return row_violation(log, column, "must be a weight in [0, 1]", out)
     return None
 
 
@@ -329,7 +344,7 @@ def output_column_problem(log: Log, column: str = C.ADVANTAGE, float32: bool = F
 INSPECTED_OUTPUTS = (C.RETURN_TO_GO, C.ADV_EPISODE, C.ADV_STEP, C.NLL_Z, C.GACA_WEIGHT, C.ADVANTAGE)
 
 
-def _needs_checks(log: Log, command: str, out: Inspection) -> None:
+def _needs_checks(log: Log, command: str, out: CheckReport) -> None:
     names = set(log.file_schema.names)
     for alternatives in COMMAND_NEEDS[command]:
         if not names.intersection(alternatives):
@@ -359,14 +374,12 @@ def _warnings(log: Log, index: TrajectoryIndex, bad: set[str], anchors: bool) ->
     return warnings
 
 
-def inspect_log(
-    log: Log, command: str = "validate", canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
-) -> Inspection:
-    """Run every check; collect all violations and the warnings' counts. `canonical` chooses
-    the order of the returned index (see TrajectoryIndex); `anchor_warnings=False` leaves the anchor
-    warnings to the caller (`anchor_warnings`, from step groups it computes anyway);
-    `compiled` builds the index with the compiled kernels (see `_structure_checks`)."""
-    out = Inspection()
+def check_log(log: Log, command: str = "validate", options: CheckOptions = CheckOptions.DEFAULT) -> CheckReport:
+    """Run every check; collect all violations and the warnings' counts. `options` chooses the
+    order of the returned index, whether the anchor warnings are counted here and whether the
+    compiled kernels build it (CheckOptions)."""
+    canonical, compiled = CheckOptions.CANONICAL_ORDER in options, CheckOptions.COMPILED in options
+    out = CheckReport()
     bad, fatal = _column_checks(log, out)
     _needs_checks(log, command, out)
     if command == "train-offline" and C.ADVANTAGE in log.table.column_names:
@@ -381,16 +394,16 @@ def inspect_log(
         return out
     index = _structure_checks(log, out, bad, canonical, compiled)
     if index is not None:
-        out.warnings = _warnings(log, index, bad, anchor_warnings)
+        out.warnings = _warnings(log, index, bad, CheckOptions.ANCHOR_WARNINGS in options)
         out.index = index
     return out
 
 
 def prepare_log(
-    log: Log, command: str, canonical: bool = True, anchor_warnings: bool = True, compiled: bool = False
+    log: Log, command: str, options: CheckOptions = CheckOptions.DEFAULT
 ) -> tuple[TrajectoryIndex, dict[str, int]]:
     """Run every check and raise the first violation; else return the index and warnings."""
-    result = inspect_log(log, command, canonical, anchor_warnings, compiled)
+    result = check_log(log, command, options)
     if result.violations:
         raise result.violations[0]
     assert result.index is not None

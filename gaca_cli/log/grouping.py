@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 
-def plain(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+def contiguous_decoded(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One contiguous array, dictionaries decoded and strings widened to large_string."""
     if isinstance(arr, pa.ChunkedArray):
         t = arr.type
@@ -41,7 +41,7 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
     """
     chunks = [arr] if isinstance(arr, pa.Array) else [c for c in arr.chunks if len(c)]
     if not chunks:
-        empty = plain(arr if isinstance(arr, pa.Array) else pa.array([], type=arr.type)).slice(0, 0)
+        empty = contiguous_decoded(arr if isinstance(arr, pa.Array) else pa.array([], type=arr.type)).slice(0, 0)
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty
     dictionaries: list[pa.Array] = []
     offset_of: dict[tuple, int] = {}  # the chunks of one row group share their dictionary
@@ -56,7 +56,7 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
         key = (tuple(0 if b is None else b.address for b in d.buffers()), d.offset, len(d))
         if key not in offset_of:
             offset_of[key] = total
-            dictionaries.append(plain(d))
+            dictionaries.append(contiguous_decoded(d))
             total += len(d)
         pieces.append((chunk.indices.to_numpy(zero_copy_only=False), offset_of[key]))
     values = pa.concat_arrays(dictionaries) if len(dictionaries) > 1 else dictionaries[0]

@@ -24,7 +24,7 @@ class TrajectoryIndex:  # noqa: PLR0902
 
     A *position* is a place in that layout; a *row* is a row of the file. In canonical order
     (`prepare_log`'s default) the trajectories follow sorted (group_id, traj_id); in file order
-    (`prepare_log(..., canonical=False)`) they follow their first appearance in the file, which
+    (`prepare_log` without `CheckOptions.CANONICAL_ORDER`) they follow their first appearance in the file, which
     keeps walks through `order` local in memory. Numbering that must not depend on the order
     of rows uses `canonical_start` either way.
 
@@ -126,7 +126,7 @@ class TrajectoryIndex:  # noqa: PLR0902
         """A column of the table laid out by position."""
         import pyarrow as pa  # imported on use: the maths reads the index without pyarrow
 
-        from gaca_cli.log.grouping import plain
+        from gaca_cli.log.grouping import contiguous_decoded
 
-        column = plain(table.column(name))
+        column = contiguous_decoded(table.column(name))
         return column if self.is_identity else column.take(pa.array(self.order))

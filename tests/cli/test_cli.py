@@ -330,13 +330,13 @@ def test_an_unwritable_output_is_one_error_line_before_any_work(command, where, 
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
-def test_demo_out_naming_a_file_is_one_error_line(tmp_path):
-    """--out must be a directory that can be made: a file there is refused before any work,
+def test_demo_output_naming_a_file_is_one_error_line(tmp_path):
+    """-o must be a directory that can be made: a file there is refused before any work,
     with the flag named, and left as it was."""
     blocker = tmp_path / "notes.txt"
     blocker.write_text("keep me")
-    res = runner.invoke(app, ["demo", "--out", str(blocker)])
+    res = runner.invoke(app, ["demo", "-o", str(blocker)])
     assert res.exit_code == 1, res.output
     lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"Error: --out {blocker}: "), res.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"Error: -o {blocker}: "), res.stderr
     assert blocker.read_text() == "keep me" and os.listdir(tmp_path) == ["notes.txt"]

@@ -23,7 +23,7 @@ UI = {"rich", "typer", "click"}
 # The layers, bottom to top (the layer table in docs/architecture.md): a module may import its own layer and those
 # below it, never one above. Demos and the command line sit on top and may use everything.
 LAYERS = [
-    "gaca_cli.errors",
+    ("gaca_cli.errors", "gaca_cli.config", "gaca_cli.files", "gaca_cli.interrupts"),  # the standard library only
     "gaca_cli.log",
     "gaca_cli.credit",
     "gaca_cli.lm",
@@ -42,10 +42,14 @@ PRESENTATION = {"render", "view", "console"}
 
 
 def layer_of(module: str) -> int | None:
-    for i, prefix in enumerate(LAYERS):
-        if module == prefix or module.startswith(prefix + "."):
+    for i, layer in enumerate(LAYERS):
+        if any(module == prefix or module.startswith(prefix + ".") for prefix in _prefixes(layer)):
             return i
     return None
+
+
+def _prefixes(layer: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (layer,) if isinstance(layer, str) else layer
 
 
 def module_name(path: Path) -> str:
@@ -96,8 +100,8 @@ def roots(imports: tuple[tuple[str, bool], ...], *, top_only: bool = False) -> s
 def test_the_listing_shows_the_layers():
     subpackages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert {"log", "credit", "lm", "inspect", "demo", "integrations", "cli"} <= subpackages
-    for layer in LAYERS:
-        assert any(name == layer or name.startswith(layer + ".") for name in MODULES), layer
+    for prefix in (p for layer in LAYERS for p in _prefixes(layer)):
+        assert any(name == prefix or name.startswith(prefix + ".") for name in MODULES), prefix
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if layer_of(n) is not None))
@@ -105,6 +109,45 @@ def test_imports_point_downward(name):
     here = layer_of(name)
     upward = sorted({m for m, _ in imports_of(MODULES[name]) if (layer_of(m) or 0) > here})
     assert not upward, f"{name} imports {upward} (imports must point downward)"
+
+
+def test_no_module_is_longer_than_700_lines():
+    """One job per module (docs/architecture.md): a longer module holds more than one."""
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text("utf-8").splitlines())) > 700}
+    assert not long, long
+
+
+def test_bottom_layer_uses_the_standard_library_only():
+    for name in (n for n in MODULES if layer_of(n) == 0):
+        bad = {r for r in roots(imports_of(MODULES[name])) if r not in STDLIB and r != "gaca_cli"}
+        assert not bad, f"{name} imports {sorted(bad)}"
+
+
+def test_no_import_cycles():
+    """No module imports one that imports it back, directly or through others. Every import
+    counts: those inside functions too (they run later, but a circle of them still means two
+    modules that cannot be read, tested or moved apart) and those under TYPE_CHECKING. An
+    import of a module's own package (`from gaca_cli.log import columns` names gaca_cli.log)
+    is no edge: Python has loaded the package before the module."""
+    graph = {name: set() for name in MODULES}
+    for name, path in MODULES.items():
+        for module, _ in imports_of(path):
+            if module in MODULES and module != name and not name.startswith(module + "."):
+                graph[name].add(module)
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(nxt) :], nxt]))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
 
 
 @pytest.mark.parametrize("name", MATHS)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
+from typing import Literal
 
 import pytest
 import typer
@@ -13,7 +15,8 @@ from typer.testing import CliRunner
 
 from gaca_cli.cli import app
 from gaca_cli.cli.options import ConfigOptions, config_options, flag_of, option_fields
-from gaca_cli.credit.config import AdvantagesConfig, ConfigError
+from gaca_cli.config import ConfigError, check_choices, choices_of
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.demo.run import DemoConfig
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.lm.score_config import ScoreConfig
@@ -34,7 +37,7 @@ BASE = {
     "score": ["missing.parquet", "--model", "m", "-o", "out.parquet"],
     "train-offline": ["missing.parquet", "--model", "m", "-o", "out"],
     "inspect": ["missing.parquet"],
-    "demo": ["--out", "out"],
+    "demo": ["-o", "out"],
 }
 
 
@@ -65,7 +68,7 @@ def test_every_option_field_is_an_option_with_its_flag_default_and_help(command)
 def test_fields_without_help_are_not_options(command):
     params = click_params(command)
     hidden = [f.name for f in dataclasses.fields(CONFIGS[command]) if "help" not in f.metadata]
-    assert not [name for name in hidden if name in params and name != "out"]  # demo's --out is the command's own
+    assert not [name for name in hidden if name in params]
 
 
 def test_existing_flags_and_short_names_are_kept():
@@ -88,6 +91,47 @@ def test_the_methods_offered_are_the_estimators():
     from gaca_cli.credit.estimators import ESTIMATORS
 
     assert METHODS == tuple(ESTIMATORS)
+
+
+def test_a_literal_field_is_a_choice_that_help_and_completion_list():
+    params = click_params("advantages")
+    text = " ".join(runner.invoke(app, ["advantages", "--help"]).stdout.split())
+    assert "-m, --method <grpo|gigpo|gaca>" in text and "--nll-scope <trajectory|group|batch>" in text
+    ctx = typer.main.get_command(app).commands["advantages"].make_context("advantages", ["x"], resilient_parsing=True)
+    assert [c.value for c in params["nll_scope"].shell_complete(ctx, "")] == ["trajectory", "group", "batch"]
+    assert [c.value for c in params["method"].shell_complete(ctx, "gi")] == ["gigpo"]
+    assert "[default: (std (grpo), mean (gigpo, gaca))]" in text  # metadata default_text
+
+
+@pytest.mark.parametrize("command", CONFIGS)
+def test_library_callers_get_the_choice_check_naming_the_field(command):
+    """A config built in Python (not from the command line) refuses a value outside a Literal
+    field's choices with a ConfigError that names the field and lists the choices."""
+    cls = CONFIGS[command]
+    hints = typing.get_type_hints(cls)
+    required = {f.name: "m" for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING}
+    if command == "demo":
+        required = {"out": "out"}
+    literal = [f.name for f in dataclasses.fields(cls) if choices_of(hints[f.name])]
+    assert literal, command
+    for name in literal:
+        bad = ("nope",) if typing.get_origin(hints[name]) is tuple else "nope"
+        with pytest.raises(
+            ConfigError, match=f"^{name} = 'nope' is not valid; use .*{choices_of(hints[name])[-1]}"
+        ) as exc:
+            cls(**required, **{name: bad})
+        assert exc.value.field == name
+
+
+def test_choices_written_elsewhere_agree():
+    """The choices that the models code or the log's columns also spell out."""
+    from gaca_cli.lm.models import DTYPES
+    from gaca_cli.log import columns as C
+
+    hints = typing.get_type_hints(TrainConfig)
+    assert choices_of(typing.get_type_hints(ScoreConfig)["dtype"]) == DTYPES
+    assert set(choices_of(hints["dtype"])) < set(DTYPES)
+    assert choices_of(hints["behavior"]) == ("auto", C.BEHAVIOR_LOGPROBS, C.TOKEN_LOGPROBS)
 
 
 def test_validate_for_lists_every_command_the_schema_knows():
@@ -273,9 +317,14 @@ class Toy:
     fast: bool = dataclasses.field(default=True, metadata={"help": "On by default."})
     loud: bool = dataclasses.field(default=False, metadata={"help": "Off by default."})
     tags: tuple[str, ...] = dataclasses.field(default=("a", "b"), metadata={"help": "Comma-separated tags."})
+    mode: Literal["quick", "slow"] | None = dataclasses.field(
+        default=None, metadata={"help": "A choice.", "default_text": "quick"}
+    )
+    level: Literal[1, 2, 3] = dataclasses.field(default=1, metadata={"help": "A choice of integers."})
     internal: int = 7  # no help: not an option
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if self.count < 1:
             raise ConfigError("count", f"count = {self.count!r} is not valid; use an integer ≥ 1")
         if self.internal < 0:
@@ -308,10 +357,11 @@ def test_defaults_and_conversions():
     assert res.exit_code == 0, res.output
     assert res.stdout.strip() == repr(("p", Toy(name="x"), False))
     res = run_toy(
-        "p", "--name", "x", "--count", "5", "--ratio", "0.5", "--no-fast", "--loud", "--tags", " c, d ,", "--verbose"
-    )
+        "p", "--name", "x", "--count", "5", "--ratio", "0.5", "--no-fast", "--loud", "--tags", " c, d ,", "--verbose",
+        "--mode", "slow", "--level", "3",
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
-    expected = Toy(name="x", count=5, ratio=0.5, fast=False, loud=True, tags=("c", "d"))
+    expected = Toy(name="x", count=5, ratio=0.5, fast=False, loud=True, tags=("c", "d"), mode="slow", level=3)
     assert res.stdout.strip() == repr(("p", expected, True))
 
 
@@ -333,6 +383,8 @@ def test_help_shows_flags_defaults_and_metavars():
         "--loud",
         "--tags",
         "[default: a,b]",
+        "--mode <quick|slow> A choice. [default: (quick)]",
+        "--level <1|2|3>",
         "--verbose",
     ):
         assert expected in text, expected
@@ -348,6 +400,11 @@ def test_config_error_names_the_flag_and_unparsable_numbers_quote_the_value():
     assert "Invalid value for '--count': 'three' is not an integer; use an integer, e.g. 3" in res.stderr
     res = run_toy("p", "-n", "x", "--ratio", "half")
     assert res.exit_code == 2 and "'half' is not a number" in res.stderr
+    res = run_toy("p", "-n", "x", "--mode", "Slow")
+    assert res.exit_code == 2
+    assert "Invalid value for '--mode': mode = 'Slow' is not valid; use quick | slow" in res.stderr
+    res = run_toy("p", "-n", "x", "--level", "4")
+    assert res.exit_code == 2 and "Invalid value for '--level': level = '4' is not valid; use 1 | 2 | 3" in res.stderr
 
 
 def test_an_error_in_a_field_the_command_supplies_has_no_flag_of_the_config():

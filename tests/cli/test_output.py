@@ -142,14 +142,14 @@ TRAIN = {
 }
 
 
-def plain(renderable) -> str:
+def as_text(renderable) -> str:
     con = Console(file=io.StringIO(), width=400, color_system=None)
     con.print(renderable)
     return con.file.getvalue()
 
 
 def test_score_summary_lines():
-    text = plain(score_summary(SCORE))
+    text = as_text(score_summary(SCORE))
     assert text.startswith("wrote scored.parquet: 1,200 rows, 34,567 action tokens scored with tiny (fp32, T=1) on cpu")
     for expected in (
         "38 packed into one forward",
@@ -165,7 +165,7 @@ def test_score_summary_lines():
 
 
 def test_train_summary_lines():
-    text = plain(train_summary(TRAIN))
+    text = as_text(train_summary(TRAIN))
     assert text.startswith("wrote runs/ppo: LoRA fine-tuning with --loss ppo, 7 optimiser steps over 640 steps")
     for expected in (
         "(resumed at step 4)",

@@ -64,7 +64,8 @@ def test_inspect_loads_only_the_libraries_it_draws_with(tmp_path):
     `--plot` to recompute step groups), numba and torch stay unloaded."""
     from gaca_cli.credit.config import AdvantagesConfig
     from gaca_cli.credit.run import compute_advantages
-    from gaca_cli.log.io import read_log, write_parquet_atomic
+    from gaca_cli.log.reading import read_log
+    from gaca_cli.log.writing import write_parquet_atomic
     from tests.conftest import EXAMPLE_LOG
 
     run = compute_advantages(read_log([EXAMPLE_LOG]), AdvantagesConfig(method="gaca"))

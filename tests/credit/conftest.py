@@ -22,7 +22,7 @@ from gaca_cli.credit.reading import read_for_advantages
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.credit.writing import write_annotated
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import read_metadata
+from gaca_cli.log.reading import read_metadata
 
 runner = CliRunner()
 

@@ -60,7 +60,7 @@ def compute(params: dict, directory: Path) -> dict[str, list]:
 
     from gaca_cli.credit.config import AdvantagesConfig
     from gaca_cli.credit.run import compute_advantages
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     path = directory / "tiny.parquet"
     pq.write_table(tiny_table(), path)

@@ -421,7 +421,7 @@ def run_fast(rows: list[dict], **params):
 
     from gaca_cli.credit.config import AdvantagesConfig
     from gaca_cli.credit.run import compute_advantages
-    from gaca_cli.log.io import Log
+    from gaca_cli.log.reading import Log
 
     table = rows_to_table(rows)
     log = Log(table=table, files=("<memory>",), file_row_ends=np.array([table.num_rows], dtype=np.int64))

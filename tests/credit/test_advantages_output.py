@@ -7,7 +7,7 @@ the spliced file keeps every input column exactly, that only the columns the met
 read (value rules apply to those; types are checked for every column from the footers) and
 that the results do not depend on the order of rows in the file.
 
-Atomicity of the spliced write is tested in tests/log/test_io.py, the splicer itself in
+Atomicity of the spliced write is tested in tests/log/test_reading.py, the splicer itself in
 tests/log/test_parquet_splice.py.
 """
 
@@ -31,7 +31,7 @@ from gaca_cli.credit.run import compute_advantages
 from gaca_cli.credit.writing import NO_SPLICE_ENV
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import read_log, read_metadata
+from gaca_cli.log.reading import read_log, read_metadata
 from tests.credit.conftest import (
     METHOD_COLUMNS,
     METHODS,
@@ -408,7 +408,7 @@ def test_an_empty_file_among_the_inputs_is_rewritten(tmp_path, example_log, exam
 def test_directory_whose_second_file_has_an_extra_column_keeps_it(tmp_path, example_table, write_paths):
     """Two plain files keep a column only one of them has (test_files_with_an_extra_column_are_rewritten);
     the same two files in a directory must too, not lose it silently (pyarrow's dataset takes
-    its schema from the first file alone; io._dataset unifies every file's)."""
+    its schema from the first file alone; reading._dataset unifies every file's)."""
     a, b = split_by_group(example_table, 2)
     b = b.append_column("note", pa.array([f"n{i}" for i in range(b.num_rows)]))
     logs = tmp_path / "logs"

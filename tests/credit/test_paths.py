@@ -19,7 +19,7 @@ from gaca_cli.credit import _compiled
 from gaca_cli.credit._compiled import ENV
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages
-from gaca_cli.log.io import Log
+from gaca_cli.log.reading import Log
 from tests.conftest import EXAMPLE_LOG
 from tests.credit.reference import random_rows, rows_to_table
 
@@ -154,7 +154,7 @@ def test_a_small_log_is_computed_without_numba():
 import sys
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages, warm_up_kernels
-from gaca_cli.log.io import read_log
+from gaca_cli.log.reading import read_log
 warm_up_kernels(1000)
 for method in ("grpo", "gigpo", "gaca"):
     compute_advantages(read_log([{str(EXAMPLE_LOG)!r}]), AdvantagesConfig(method=method))

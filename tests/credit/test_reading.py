@@ -203,7 +203,7 @@ def test_null_prompt_is_an_error_without_reading_the_prompts(
     assert res.exit_code == 1, res.output
     assert "prompt" in res.output and "null" in res.output
     # with statistics a clean log's prompts are never read
-    from gaca_cli.log.io import Log
+    from gaca_cli.log.reading import Log
 
     reads = []
     original, nulls = Log.read_column, Log.null_rows

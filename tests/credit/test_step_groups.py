@@ -18,8 +18,8 @@ from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.credit.step_groups import first_appearance_codes, step_group_codes
 from gaca_cli.log.anchors import PolarsAnchors, anchors_of, initial_anchors_differ
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
+from gaca_cli.log.checks import CheckOptions, prepare_log
+from gaca_cli.log.reading import Log
 from tests.credit.reference import random_rows, reference_advantages, rows_to_table, same_partition
 
 
@@ -53,7 +53,7 @@ def test_codes_do_not_depend_on_the_hash(seed, buckets, kernels, monkeypatch):
     monkeypatch.setenv(ENV, kernels)
     rows = random_rows(seed, max_groups=5, max_trajs=5, max_steps=6)
     log = memory_log(rows)
-    index, _ = prepare_log(log, "advantages:gigpo", canonical=False)
+    index, _ = prepare_log(log, "advantages:gigpo", CheckOptions.ANCHOR_WARNINGS)
     honest = anchors_of(log, anchor_name(log))
     colliding = CollidingAnchors(honest.series, buckets)
     codes = step_group_codes(index, honest)

@@ -30,7 +30,7 @@ def test_demo_runs_every_stage(tmp_path):
         app,
         [
             "demo",
-            "--out",
+            "-o",
             str(out),
             "--games",
             "1",
@@ -47,7 +47,7 @@ def test_demo_runs_every_stage(tmp_path):
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "demo.json").read_text())
-    assert set(summary["success"]) == {"gigpo", "gaca"}
+    assert set(summary["success"]) == {"gigpo", "gaca"} and summary["rollouts"] == 4
     for curve in summary["success"].values():
         assert len(curve) == 2 and all(0.0 <= x <= 1.0 for x in curve)
     assert (out / "start-model" / "config.json").exists()
@@ -58,4 +58,5 @@ def test_demo_runs_every_stage(tmp_path):
     assert labels[:2] == ["grpo", "gigpo"] and any(label.startswith("gaca") for label in labels)
     text = result.stdout
     assert "overview" in text and "TextWorld success rate" in text and "grad cos" in text
+    assert "of 4 rollouts each [95 % Wilson interval]" in " ".join(text.split())  # wrapped at 100 columns
     assert "\x1b[" not in text

@@ -31,7 +31,8 @@ from gaca_cli.demo.quality import (
 )
 from gaca_cli.log import columns as C
 from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import read_log, write_parquet_atomic
+from gaca_cli.log.reading import read_log
+from gaca_cli.log.writing import write_parquet_atomic
 
 # a small corridor with frequent slips, so Monte Carlo sees every kind of transition
 SMALL = CorridorConfig(n_tasks=2, corridor_length=8, forks_per_task=2, dead_end_length=2, p_forward=0.8, p_wait=0.12)

@@ -34,7 +34,7 @@ def _check(table, tmp_path: Path, command: str):
     import pyarrow.parquet as pq
 
     from gaca_cli.log.checks import prepare_log
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     path = tmp_path / "log.parquet"
     pq.write_table(table, path)

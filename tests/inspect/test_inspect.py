@@ -20,16 +20,12 @@ from rich.console import Console
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.errors import GacaError
-from gaca_cli.inspect import view as V
-from gaca_cli.inspect.data import (
-    CRITICAL_Z,
-    InspectConfig,
-    build_view,
-    closest_ids,
-    descending_ranks,
-    load_annotated,
-)
-from gaca_cli.log.io import read_log, write_parquet_atomic
+from gaca_cli.inspect import terminal as V
+from gaca_cli.inspect.config import InspectConfig
+from gaca_cli.inspect.data import CRITICAL_Z, closest_ids, load_annotated
+from gaca_cli.inspect.views import build_view, descending_ranks
+from gaca_cli.log.reading import read_log
+from gaca_cli.log.writing import write_parquet_atomic
 from tests.conftest import EXAMPLE_LOG
 
 ESC = "\x1b"

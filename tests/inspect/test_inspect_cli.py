@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 from gaca_cli.cli import app
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
-from gaca_cli.inspect.data import load_annotated, plot_data
+from gaca_cli.inspect.data import load_annotated
+from gaca_cli.inspect.plot import plot_data
 from gaca_cli.log import columns as C
 from tests.conftest import EXAMPLE_LOG, ROOT
 
@@ -257,7 +258,7 @@ def test_numbers_are_never_cut_on_a_narrow_console(tmp_path, monkeypatch):
     pq.write_table(table.set_column(i, "reward", pc.multiply(table["reward"], 12345.0)), raw)
     out = tmp_path / "annotated.parquet"
     assert CliRunner().invoke(app, ["advantages", str(raw), "-o", str(out)]).exit_code == 0
-    from gaca_cli.inspect.view import fmt
+    from gaca_cli.inspect.terminal import fmt
 
     steps = json.loads(invoke(str(out), "--traj", "task-00/r0", "--json").stdout)["trajectories"][0]["steps"]
     overview = json.loads(invoke(str(out), "--json").stdout)

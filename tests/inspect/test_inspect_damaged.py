@@ -1,37 +1,60 @@
-"""`gaca inspect` reads the text of the rows it shows from the file itself: a damaged page there
-(caught by the page checksum) is one Error line naming the file and the column, never a
-different text on screen."""
+"""`gaca inspect` refuses a damaged log as `validate` and `advantages` do.
+
+inspect reads only the columns it summarises; the others (the anchor column it shows per step,
+carried text) are read back page by page, checksums verified, as `advantages` reads back what it
+copies. So for each damaged file of the corpus of tests/log/test_damaged.py, written as an
+annotated log, inspect exits as validate does, with the same one `Error:` line naming the file
+and the column.
+"""
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from gaca_cli.cli import app
-from tests.conftest import EXAMPLE_LOG
+from tests.log.test_checks import to_table
+from tests.log.test_damaged import DAMAGES, WRITERS, assert_one_error, damage, rows
+
+runner = CliRunner()
 
 
-def test_a_damaged_action_page_is_one_error_line(tmp_path):
-    table = pq.read_table(EXAMPLE_LOG)
-    actions = table.column("action").to_pylist()
-    actions[0] = "MARKER-" + actions[0]
-    table = table.set_column(table.schema.get_field_index("action"), "action", pa.array(actions, pa.large_string()))
-    src = tmp_path / "checksummed.parquet"
-    pq.write_table(table, src, write_page_checksum=True, compression="none", use_dictionary=False)
-    out = tmp_path / "annotated.parquet"
-    runner = CliRunner()
-    assert runner.invoke(app, ["advantages", str(src), "--method", "grpo", "-o", str(out)]).exit_code == 0
-    traj = table.column("traj_id")[0].as_py()
-    res = runner.invoke(app, ["inspect", str(out), "--traj", str(traj), "--wide", "--no-pager"])
-    assert res.exit_code == 0 and "MARKER-" in res.stdout, res.output
-    data = bytearray(out.read_bytes())
-    at = -1
-    while (at := data.find(b"MARKER-", at + 1)) >= 0:  # the value, and its copies in the statistics
-        data[at] ^= 0x01
-    out.write_bytes(bytes(data))
-    res = runner.invoke(app, ["inspect", str(out), "--traj", str(traj), "--wide", "--no-pager"])
-    assert res.exit_code == 1, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"Error: {out}: column 'action'"), res.stderr
-    assert "LARKER-" not in res.stdout
+@pytest.fixture(scope="module")
+def annotated(tmp_path_factory):
+    """The damaged corpus's log through `gaca advantages --method gaca`, written each way."""
+    folder = tmp_path_factory.mktemp("annotated")
+    pq.write_table(to_table(rows()), folder / "log.parquet")
+    res = runner.invoke(
+        app, ["advantages", str(folder / "log.parquet"), "--method", "gaca", "-o", str(folder / "a.parquet")]
+    )
+    assert res.exit_code == 0, res.output
+    table = pq.read_table(folder / "a.parquet")
+    out = {}
+    for name in ("checksums-gzip", "delta-text", "no-statistics"):
+        out[name] = folder / f"{name}.parquet"
+        pq.write_table(table, out[name], **WRITERS[name])
+    return out
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+@pytest.mark.parametrize("column", ["anchor_obs", "prompt"])
+@pytest.mark.parametrize("writer", ["checksums-gzip", "delta-text", "no-statistics"])
+def test_inspect_refuses_what_validate_refuses(tmp_path, annotated, writer, column, how):
+    damaged = damage(annotated[writer], tmp_path / "damaged.parquet", column, how)
+    if damaged is None:
+        pytest.skip(f"{column} of the {writer} file has no part to damage that way")
+    validate = runner.invoke(app, ["validate", str(damaged)])
+    inspect = runner.invoke(app, ["inspect", str(damaged), "--no-pager"])
+    assert inspect.exit_code == validate.exit_code, (validate.output, inspect.output)
+    if validate.exit_code == 1:
+        assert_one_error(inspect.stderr, str(damaged))
+        assert inspect.stderr == validate.stderr or f"column '{column}'" in inspect.stderr, (
+            validate.stderr,
+            inspect.stderr,
+        )
+
+
+def test_an_undamaged_annotated_log_is_shown(annotated):
+    res = runner.invoke(app, ["inspect", str(annotated["checksums-gzip"]), "--no-pager"])
+    assert res.exit_code == 0, res.output

@@ -379,3 +379,23 @@ def test_a_ctrl_c_while_the_import_cleans_up_is_ignored(tmp_path):
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["log.parquet"]
     assert pq.read_table(out).num_rows == 1
+
+
+def test_a_chat_keeps_what_follows_its_last_turn_and_every_message_field(tmp_path):
+    """The environment's last word (after the last assistant turn) is the last step's
+    final_observation; a message's fields besides role and content (tool_call_id, name, any
+    key) are kept in extra.message_fields by position."""
+    messages = [
+        {"role": "user", "content": "guess"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "function": {"name": "guess"}}]},
+        {"role": "tool", "content": "too low", "tool_call_id": "c1", "name": "guess"},
+        {"role": "assistant", "content": "42", "refusal": None, "seq": 7},
+        {"role": "user", "content": "correct! you win"},
+    ]
+    src = write_jsonl(tmp_path / "game.jsonl", [{"messages": messages, "reward": 1, "traj_id": "t"}])
+    out = tmp_path / "out.parquet"
+    import_json("chat-jsonl", src, out=out)
+    rows = pq.read_table(out).to_pylist()
+    assert [r.get("final_observation") for r in rows] == [None, "user: correct! you win"]
+    fields = {"2": {"tool_call_id": "c1", "name": "guess"}, "3": {"seq": 7}}
+    assert all(json.loads(r["extra"])["message_fields"] == fields for r in rows)

@@ -304,8 +304,8 @@ def _step(e: dict, i: int = 1) -> dict:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda e: e.pop("id"), "field 'episode_id': missing or not a string"),
-        (lambda e: e.update(trajectories={}), "field 'trajectories': missing or not a list"),
+        (lambda e: e.pop("id"), "field 'episode_id': missing"),
+        (lambda e: e.update(trajectories={}), "field 'trajectories': must be a list"),
         (lambda e: e.update(is_correct="yes"), "field 'is_correct': must be true or false"),
         (lambda e: e["trajectories"][0].update(steps=[]), "trajectories[0]: field 'steps': missing or empty"),
         (lambda e: e["trajectories"][0].update(reward="high"), "trajectories[0]: field 'reward': must be a number"),
@@ -329,7 +329,7 @@ def _step(e: dict, i: int = 1) -> dict:
         ),
         (
             lambda e: _step(e, 2).update(prompt_ids="1 2 3"),
-            "trajectories[0].steps[2]: field 'prompt_ids': must be a list of token ids",
+            "trajectories[0].steps[2]: field 'prompt_ids': must be a list, got \"1 2 3\"",
         ),
     ],
 )

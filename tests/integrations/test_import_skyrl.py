@@ -272,13 +272,14 @@ N = len(GOOD["response_ids"])
     ("change", "field", "rule"),
     [
         ({"loss_masks": [1, 1]}, "loss_masks", f"has 2 values for {N} response_ids"),
-        ({"rewards": "abc"}, "rewards", "must be int or float or list"),
-        ({"rewards": [0.0, "x"] + [0.0] * (N - 2)}, "rewards", "must be a number"),
-        ({"response_ids": [1, 2.5] + [3] * (N - 2)}, "response_ids", "must be a list of integers"),
+        ({"rewards": "abc"}, "rewards", 'must be a number or a list, got "abc"'),
+        ({"rewards": [0.0, "x"] + [0.0] * (N - 2)}, "rewards[1]", "must be a number"),
+        ({"response_ids": [1, 2.5] + [3] * (N - 2)}, "response_ids[1]", "must be an integer, got 2.5"),
         ({"rollout_logprobs": [0.0]}, "rollout_logprobs", f"has 1 values for {N} response_ids"),
-        ({"trajectory_ids": "q0_0"}, "trajectory_ids", "must be an object with instance_id and repetition_id"),
+        ({"trajectory_ids": "q0_0"}, "trajectory_ids", "must be an object"),
+        ({"trajectory_ids": {"instance_id": "q0"}}, "trajectory_ids.repetition_id", "missing"),
         ({"is_last_step": "yes"}, "is_last_step", "must be true or false"),
-        ({"prompt_token_ids": None}, "prompt_token_ids", "missing"),
+        ({"prompt_token_ids": None}, "prompt_token_ids", "must be a list, got null"),
     ],
 )
 def test_bad_generator_row_names_file_line_field(tmp_path, change, field, rule):
@@ -292,7 +293,7 @@ def test_bad_generator_row_names_file_line_field(tmp_path, change, field, rule):
 def test_bad_eval_line_and_unknown_record(tmp_path):
     path = tmp_path / "ds.jsonl"
     path.write_text(json.dumps({"input_prompt": "p", "output_response": "r", "score": None}) + "\n")
-    with pytest.raises(SourceError, match=r"ds.jsonl: line 1: field 'score': missing"):
+    with pytest.raises(SourceError, match=r"ds.jsonl: line 1: field 'score': must be a number or a list, got null"):
         read(path)
     path.write_text('{"foo": 1}\n')
     with pytest.raises(SourceError, match=r"line 1: neither a SkyRL eval dump line"):

@@ -61,7 +61,16 @@ def test_every_rollout_field_is_mapped():
             assert "correct" not in s  # the metrics repeated at the top level are not copied twice
         assert [s["reward"] for s in steps] == [0.0] * (len(steps) - 1) + [rec["reward"]]
         assert [s["done"] for s in steps] == [False] * (len(steps) - 1) + [rec["is_completed"]]
-        assert steps[-1]["extra"] == {"info": rec["info"], "timing": rec["timing"]}
+        fields = {
+            str(i): {"tool_call_id": m["tool_call_id"]}
+            for i, m in enumerate(rec["prompt"] + rec["completion"])
+            if m.get("tool_call_id")
+        }
+        assert steps[-1]["extra"] == {
+            "info": rec["info"],
+            "timing": rec["timing"],
+            **({"message_fields": fields} if fields else {}),
+        }
         assert all("extra" not in s for s in steps[:-1])
 
 
@@ -140,7 +149,7 @@ def test_rollout_fields_named_like_columns_gaca_writes_are_kept_as_source_names(
         ({"reward": 10**400}, "reward", "is an integer of 401 digits, too large for a number"),
         ({"example_id": None}, "example_id", "missing"),
         ({"example_id": [1]}, "example_id", "must be an integer or a string"),
-        ({"completion": [{"content": "no role"}]}, "completion", "must be a list of chat messages with a role"),
+        ({"completion": [{"content": "no role"}]}, "completion", "must be a list of chat messages ({'role'"),
         ({"metrics": [1.0]}, "metrics", "must be an object"),
         ({"metrics": {"correct": "yes"}}, "metrics.correct", "must be a number"),
     ],
@@ -363,8 +372,8 @@ def _set(record: dict, dotted: str, value: object) -> None:
         ("traces[0].rewards.format", {"weight": 0.2}, "traces[0].rewards.format.score", "missing"),
         ("traces[0].metrics.num_tool_calls", "two", "traces[0].metrics.num_tool_calls", "must be a number"),
         ("traces[0].nodes[1].parent", 5, "traces[0].nodes[1].parent", "must be the index of an earlier node"),
-        ("traces[0].nodes[1].message", {"content": "x"}, "traces[0].nodes[1].message", "must be a chat message"),
-        ("traces[0].nodes[2].token_ids", [1, "a", 3], "traces[0].nodes[2].token_ids", "must be a list of ints"),
+        ("traces[0].nodes[1].message", {"content": "x"}, "traces[0].nodes[1].message.role", "missing"),
+        ("traces[0].nodes[2].token_ids", [1, "a", 3], "traces[0].nodes[2].token_ids[1]", 'must be an integer, got "a"'),
         ("traces[0].nodes[2].mask", [False, True], "traces[0].nodes[2].mask", "must be as long as token_ids"),
         ("traces[0].nodes[2].logprobs", [0.0], "traces[0].nodes[2].logprobs", "must hold one value per"),
         ("traces[0].nodes[0].sampled", True, "traces[0].nodes[0].message", "a sampled node must be an assistant"),
@@ -412,3 +421,49 @@ def test_v04_cli_bad_episode_one_error_line_and_no_output(tmp_path):
     line = error_line(gaca("import", "--from", "verifiers", run, "-o", out))
     assert "traces.jsonl: line 1: field 'traces[0].nodes[2].mask': must be as long as token_ids" in line
     assert not out.exists()
+
+
+VERSIONS = Path(__file__).parents[1] / "data" / "verifiers" / "versions"
+
+
+@pytest.mark.parametrize("release", ["0.1.5", "0.1.14", "0.2.1"])
+def test_each_release_lines_results_import(tmp_path, release):
+    """results.jsonl + metadata.json as each release line's own saving code wrote them
+    (tests/data/verifiers/versions): 0.1.0-0.1.5 key a rollout `id` (i // rollouts_per_example
+    over rollout-major results: not the example) and the run `env`; later ones `example_id` and
+    `env_id`. Every release: two groups of two, the environment named, nothing after the last
+    turn lost."""
+    results = VERSIONS / release / "results.jsonl"
+    out = tmp_path / "out.parquet"
+    summary = import_json("verifiers", results, out=out)
+    rows = pq.read_table(out).to_pylist()
+    assert summary["trajectories"] == 4 and summary["groups"] == 2
+    assert {r["env_id"] for r in rows} == {"math-tools"} and {r["model"] for r in rows} == {"tiny-model"}
+    groups: dict[str, set[str]] = {}
+    for r in rows:
+        groups.setdefault(r["group_id"], set()).add(r["messages"][1]["content"])
+    assert sorted(map(sorted, groups.values())) == [["What is 17*23?"], ["What is 2+3?"]]  # one question each
+    cut = [r for r in rows if r.get("final_observation")]
+    assert [r["final_observation"] for r in cut] == ["tool: 374"] and cut[0]["done"] is not None
+    assert ("id" in rows[0]) == (release == "0.1.5") and ("example_id" in rows[0]) == (release != "0.1.5")
+
+
+def test_what_follows_the_last_turn_is_kept_through_advantages_and_shown(tmp_path):
+    """The fourth rollout ends with a tool result after its last assistant turn: it is the
+    last step's final_observation, carried by `gaca advantages` and shown by `inspect --traj`."""
+    last = records()[3]
+    roles = [m["role"] for m in last["completion"]]
+    tail = last["completion"][len(roles) - roles[::-1].index("assistant") :]
+    assert tail and tail[0]["role"] == "tool"
+    rows = by_traj(read(RESULTS))[f"{RESULTS}:4"]
+    assert rows[-1]["final_observation"] == "\n".join(f"{m['role']}: {m['content']}" for m in tail)
+    assert all("final_observation" not in r for r in rows[:-1])
+    log, out = tmp_path / "log.parquet", tmp_path / "adv.parquet"
+    import_json("verifiers", RESULTS, out=log)
+    res = gaca("advantages", log, "-o", out, "--method", "grpo")
+    assert res.exit_code == 0, res.output
+    kept = pq.read_table(out).to_pylist()
+    assert [r["final_observation"] for r in kept if r["traj_id"] == f"{RESULTS}:4"][-1] == rows[-1]["final_observation"]
+    res = gaca("inspect", out, "--traj", f"{RESULTS}:4")
+    assert res.exit_code == 0, res.output
+    assert "after the last step: tool:" in " ".join(res.stdout.split())

@@ -226,13 +226,16 @@ def test_a_session_split_over_lines_is_an_error(tmp_path):
 BAD_AGENT = [
     ({"uid": None}, "field 'uid': missing: add the sample's uid when writing the record"),
     ({"response_mask": [1, 0]}, "field 'response_mask': has 2 values for 42 response_ids"),
-    ({"response_ids": [1, "x"]}, "field 'response_ids': must be a list of integers, got [1, \"x\"]"),
+    ({"response_ids": [1, "x"]}, "field 'response_ids[1]': must be an integer, got \"x\""),
     ({"response_mask": [2] * 42}, "field 'response_mask': must hold 0s and 1s, got 2 at position 0"),
     ({"response_mask": [0] * 42}, "field 'response_mask': no generated token (no 1 in the mask): no step to import"),
     ({"response_logprobs": [0.0]}, "field 'response_logprobs': has 1 values for 42 response_ids"),
     ({"reward_score": None}, "field 'reward_score': is null and the record has no 'score'"),
-    ({"extra_fields": {"tool_rewards": ["a"]}}, "field 'extra_fields.tool_rewards': must be a list of numbers"),
-    ({"extra_fields": {"tool_rewards": [10**400]}}, "field 'extra_fields.tool_rewards': is an integer of 401 digits"),
+    ({"extra_fields": {"tool_rewards": ["a"]}}, "field 'extra_fields.tool_rewards[0]': must be a number"),
+    (
+        {"extra_fields": {"tool_rewards": [10**400]}},
+        "field 'extra_fields.tool_rewards[0]': is an integer of 401 digits",
+    ),
 ]
 
 
@@ -301,3 +304,25 @@ def test_gaca_import_from_verl_bad_input_writes_nothing(tmp_path):
     line = error_line(gaca("import", "--from", "verl", src, "-o", out))
     assert "2.jsonl: line 5: field 'score': must be a number" in line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["rollout"]
+
+
+VERSIONS = Path(__file__).parents[1] / "data" / "verl" / "versions"
+
+
+@pytest.mark.parametrize(
+    ("folder", "kept", "absent"),
+    [
+        ("0.5.0", {"acc", "pred", "request_id"}, {"gts"}),  # verl before 0.6 writes no gts
+        ("0.9.1-no-ground-truth", set(), {"gts", "acc", "pred"}),  # gts null on every line, no extra info
+    ],
+)
+def test_dumps_with_and_without_gts_and_extra_info(tmp_path, folder, kept, absent):
+    """No column is made up: a dump without ground truths has no `gts` column, and the summary
+    names what is missing (the prompt: `input` is kept under its name), not the action it has."""
+    out = tmp_path / "out.parquet"
+    summary = import_json("verl", VERSIONS / folder, out=out)
+    columns = set(pq.read_table(out).column_names)
+    assert kept <= columns and not absent & columns, columns
+    assert {"action", "input"} <= columns and "gts" not in summary["kept"]
+    assert any(note.startswith("no prompt/messages (text or token ids)") for note in summary["missing"])
+    assert not any("action" in note for note in summary["missing"])

@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +19,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gaca_cli.credit.config import AdvantagesConfig, ConfigError  # noqa: E402
+from gaca_cli.config import ConfigError  # noqa: E402
+from gaca_cli.credit.config import AdvantagesConfig  # noqa: E402
 from gaca_cli.credit.reading import read_for_advantages  # noqa: E402
 from gaca_cli.credit.run import compute_advantages  # noqa: E402
 from gaca_cli.errors import GacaError  # noqa: E402
@@ -311,43 +310,3 @@ def test_bad_arguments_are_refused():
     traj[other] = traj[0]  # one trajectory in two episode groups
     with pytest.raises(GacaError, match="group_id"):
         compute_gaca_outcome_advantage(**{**batch.gigpo_args(), "traj_index": traj}, old_log_prob=batch.old_log_prob)
-
-
-# --------------------------------------------------------------------------- the trainer patch
-
-PATCH = Path(__file__).resolve().parents[2] / "examples" / "verl_agent" / "gaca_advantage.patch"
-
-
-def test_the_patchs_estimator_branch_runs_the_adapter():
-    """The `elif adv_estimator == AdvantageEstimator.GACA:` branch the patch adds to verl-agent's
-    compute_advantage, run as written on a stand-in for verl's DataProto, fills
-    data.batch['advantages'] and ['returns'] with the adapter's output for the config keys
-    algorithm.gaca.* it passes on."""
-    text = PATCH.read_text("utf-8")
-    hunk = text.split("elif adv_estimator == AdvantageEstimator.GACA:")[1].split("     else:")[0]
-    branch = "    elif adv_estimator == AdvantageEstimator.GACA:" + "".join(
-        line[1:] + "\n" for line in hunk.splitlines() if line.startswith("+")
-    )
-    source = (
-        "def compute_advantage(data, adv_estimator, step_advantage_w=1.0, gigpo_mode='mean_std_norm',\n"
-        "                      gigpo_enable_similarity=False, gigpo_similarity_thresh=0.95, **kwargs):\n"
-        "    if adv_estimator == 'gigpo':\n"
-        "        pass\n" + branch + "    return data\n"
-    )
-    namespace: dict = {"AdvantageEstimator": SimpleNamespace(GACA="gaca")}
-    exec(compile(source, str(PATCH), "exec"), namespace)  # noqa: S102 (our own patch file)
-    batch = make_batch(40)
-    data = SimpleNamespace(
-        batch={
-            "token_level_rewards": batch.token_level_rewards,
-            "step_rewards": batch.step_rewards,
-            "response_mask": batch.response_mask,
-            "old_log_probs": batch.old_log_prob,
-        },
-        non_tensor_batch={"anchor_obs": batch.anchor_obs, "uid": batch.index, "traj_uid": batch.traj_index},
-    )
-    gaca_config = {"beta": 0.3, "nll_scope": "group"}
-    namespace["compute_advantage"](data, "gaca", gigpo_mode="mean_norm", gaca_config=gaca_config)
-    want, _ = gaca_on(batch, beta=0.3, nll_scope="group", mode="mean_norm")
-    assert torch.equal(data.batch["advantages"], want) and torch.equal(data.batch["returns"], want)
-    assert "AdvantageEstimator.GACA" in text and "gaca_config=self.config.algorithm.get('gaca', None)" in text

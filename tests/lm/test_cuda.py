@@ -149,7 +149,7 @@ def test_score_backs_off_on_real_cuda_out_of_memory(tmp_path):
 
     from gaca_cli.lm.models import load_causal_lm
     from gaca_cli.lm.scoring import ScoreConfig, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
     from tests.lm.test_score import write_log
     from tests.lm.tiny_models import build_tokenizer
 

@@ -200,7 +200,7 @@ def assert_matches(table: pa.Table, rows: list[dict], ref: list, token_logprobs:
 def score_lib(log_path: Path, model_dir: Path, out: Path, **options):
     """The library call, with the model already in memory."""
     from gaca_cli.lm.scoring import ScoreConfig, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     column_map = options.pop("column_map", None)
     hooks = {k: options.pop(k) for k in ("on_chunk",) if k in options}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gaca_cli.lm.scoring import build_plan, chunk_trajectories, plan_batches, shard_trajectories
+from gaca_cli.lm.scoring import build_plan, plan_batches
+from gaca_cli.lm.shards import chunk_trajectories, shard_trajectories
 
 
 def arr(*xs: int) -> np.ndarray:

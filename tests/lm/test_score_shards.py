@@ -31,7 +31,7 @@ from tests.lm.test_score import loaded, make_rows, one_thread, score_lib, write_
 
 def run_two_ranks(log: Path, model_dir: Path, out: Path, **options):
     from gaca_cli.lm.scoring import ScoreConfig, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     config = ScoreConfig(model=str(model_dir), dtype="fp32", device="cpu", **options)
     calls = []
@@ -73,7 +73,7 @@ def test_two_ranks_equal_one_process(tiny_llama, tmp_path):
 def test_merge_refuses_a_missing_rank(tiny_llama, tmp_path):
     """Rank 0 alone (rank 1 never ran): no output, a message saying what is missing."""
     from gaca_cli.lm.scoring import ScoreConfig, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     rows = make_rows(groups=2, trajs=2, steps=2, seed=22)
     log = write_log(tmp_path / "log.parquet", rows)
@@ -88,7 +88,7 @@ def test_a_rank_stops_at_its_next_chunk_when_another_stopped(tiny_llama, tmp_pat
     at their next chunk (here rank 0, before its first) instead of scoring the rest of their
     share, then learn at the barrier that a rank failed."""
     from gaca_cli.lm.scoring import ScoreConfig, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     rows = make_rows(groups=2, trajs=2, steps=2, seed=24)
     log = write_log(tmp_path / "log.parquet", rows)
@@ -110,7 +110,7 @@ TORCHRUN = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or sh
 def interrupt_two_ranks_after_one_chunk(log: Path, model_dir: Path, out: Path, **options) -> None:
     """Both ranks score their first chunk, then are stopped as Ctrl-C stops them."""
     from gaca_cli.lm.scoring import ScoreConfig, run_score
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     config = ScoreConfig(model=str(model_dir), dtype="fp32", device="cpu", **options)
 
@@ -182,9 +182,9 @@ def test_torchrun_a_data_error_on_one_rank_stops_both_cleanly(tiny_llama, tmp_pa
     learns of it at the next barrier (it used to crash there, 'Connection closed by peer', exit
     3), both exit 1, and the work directory is removed as in one process (it used to stay, and
     --resume then refused it)."""
-    from gaca_cli.lm.scoring import shard_trajectories, trajectory_costs
+    from gaca_cli.lm.shards import shard_trajectories, trajectory_costs
     from gaca_cli.log.checks import prepare_log
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
     from tests.lm.test_score import add_token_ids
 
     rows = add_token_ids(make_rows(groups=2, trajs=3, steps=3, seed=23), loaded(tiny_llama)[1])
@@ -214,7 +214,7 @@ def test_torchrun_a_data_error_on_one_rank_stops_both_cleanly(tiny_llama, tmp_pa
 GLOO_EXIT_SCRIPT = """
 import os, sys
 from gaca_cli.lm.models import load_causal_lm
-from gaca_cli.lm.scoring import distributed_from_env
+from gaca_cli.lm.shards import distributed_from_env
 
 with distributed_from_env() as (rank, world, barrier, agree):
     load_causal_lm(sys.argv[1], dtype="fp32", device="cpu")  # transformers imports torch.distributed.nn

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from gaca_cli.lm import losses as L
-from gaca_cli.lm.train_config import LOSSES
-from gaca_cli.lm.training import BatchPlan, TrainConfig, lr_factor, micro_batches
+from gaca_cli.lm.train_config import LOSSES, TrainConfig
+from gaca_cli.lm.training import BatchPlan, lr_factor, micro_batches
 
 
 def test_registry_matches_the_cli_choices():

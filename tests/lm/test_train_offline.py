@@ -249,7 +249,8 @@ def test_zero_advantage_gives_zero_policy_gradient_through_the_model(loss, tiny_
     """A = 0 on every token of a real forward: every parameter's gradient is exactly zero."""
     from gaca_cli.lm.losses import policy_token_loss, token_weights
     from gaca_cli.lm.models import load_causal_lm
-    from gaca_cli.lm.training import TrainConfig, action_logprobs
+    from gaca_cli.lm.policy import action_logprobs
+    from gaca_cli.lm.train_config import TrainConfig
 
     model, tok, device, _ = load_causal_lm(str(tiny_llama), dtype="fp32", device="cpu")
     seqs = [np.asarray(tok(PROMPT + a)["input_ids"]) for a in (GOOD, BAD)]
@@ -265,13 +266,13 @@ def test_zero_advantage_gives_zero_policy_gradient_through_the_model(loss, tiny_
     assert any(g is not None for g in grads)
 
 
-@pytest.mark.parametrize("keep_mode", ["mask", "positions", "full"])  # training.KEEP_MODES
+@pytest.mark.parametrize("keep_mode", ["mask", "positions", "full"])  # policy.KEEP_MODES
 @pytest.mark.parametrize("arch_fixture", ["tiny_llama", "tiny_gpt2"])
 def test_action_logprobs_match_the_slow_twin(arch_fixture, keep_mode, request):
     """Padded micro-batch + logits only at action positions == full-logits log_softmax + gather,
     whichever way the logits are asked for (`logits_keep_mode`)."""
     from gaca_cli.lm.models import load_causal_lm
-    from gaca_cli.lm.training import action_logprobs, logits_keep_mode
+    from gaca_cli.lm.policy import action_logprobs, logits_keep_mode
 
     model_dir = request.getfixturevalue(arch_fixture)
     model, tok, device, _ = load_causal_lm(str(model_dir), dtype="fp32", device="cpu")
@@ -324,7 +325,7 @@ def test_logits_keep_mode_follows_what_the_forward_takes(tiny_llama):
     tensor fails (transformers before the mask), and a full forward where there is no
     `logits_to_keep`; it leaves the model's train/eval mode as it found it."""
     from gaca_cli.lm.models import load_causal_lm
-    from gaca_cli.lm.training import kept_logits, logits_keep_mode
+    from gaca_cli.lm.policy import kept_logits, logits_keep_mode
 
     model = load_causal_lm(str(tiny_llama), dtype="fp32", device="cpu")[0]
     model.train()
@@ -435,7 +436,7 @@ def test_runs_in_one_process_choose_their_own_precision(tiny_llama, tmp_path):
 def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
     """ppo with a KL penalty and seq-mean: a run interrupted after step 3 (checkpoint at 2) and
     resumed with --resume ends with the same parameters and metrics as an uninterrupted run."""
-    from gaca_cli.lm.training import TrainConfig
+    from gaca_cli.lm.train_config import TrainConfig
 
     rows = many_rows()
     rng = np.random.default_rng(0)
@@ -503,7 +504,7 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_llama, tmp_path):
 def interrupted_after_step(log: Path, config, out: Path, step: int = 2) -> None:
     """A run of `config` on `log` into `out`, interrupted (as Ctrl-C would) after `step`."""
     from gaca_cli.lm.training import train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     def interrupt(kind, info):
         if kind == "step" and info["step"] == step:
@@ -517,7 +518,7 @@ def test_resume_before_the_first_checkpoint_checks_the_run_and_starts_it_again(t
     """A run stopped after step 1, before its first checkpoint (step 2): --resume refuses other
     options or another log as it does after a checkpoint, and with the same ones runs from
     step 0 to the uninterrupted run's parameters and metrics."""
-    from gaca_cli.lm.training import TrainConfig
+    from gaca_cli.lm.train_config import TrainConfig
 
     log = write_log(tmp_path / "log.parquet", many_rows())
     other = write_log(tmp_path / "other.parquet", many_rows(n_traj=3))
@@ -545,7 +546,7 @@ def test_resume_ignores_an_option_that_does_nothing_in_the_run(tiny_llama, tmp_p
     clip did nothing, so --resume without it (as the usage error now asks) continues the run."""
     import dataclasses
 
-    from gaca_cli.lm.training import TrainConfig
+    from gaca_cli.lm.train_config import TrainConfig
 
     log = write_log(tmp_path / "log.parquet", many_rows())
     config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=0, device="cpu")
@@ -599,7 +600,7 @@ def test_resume_of_a_finished_run_trains_nothing_again(tiny_llama, tmp_path):
 def test_resume_takes_the_same_device_under_another_name(tiny_llama, tmp_path):
     """A run started with --device auto resumes with --device cpu where auto means the CPU (no
     GPU), and is refused where auto meant a GPU; another option still refuses the resume."""
-    from gaca_cli.lm.training import TrainConfig
+    from gaca_cli.lm.train_config import TrainConfig
 
     log = write_log(tmp_path / "log.parquet", many_rows())
     config = TrainConfig(model=str(tiny_llama), loss="pg", max_steps=3, batch_size=6, save_every=1, device="auto")
@@ -637,7 +638,7 @@ def test_resume_refuses_changed_behavior_logprobs_and_a_replaced_model(tiny_llam
     replaced at the same path are refused with one Error line; the unchanged inputs resume."""
     from transformers import AutoTokenizer
 
-    from gaca_cli.lm.training import TrainConfig
+    from gaca_cli.lm.train_config import TrainConfig
     from tests.lm.tiny_models import build_model
 
     model = tmp_path / "model"

@@ -664,7 +664,7 @@ def test_validate_map_reports_original_names(tmp_path):
 def _memory_log(table: pa.Table):
     import numpy as np
 
-    from gaca_cli.log.io import Log
+    from gaca_cli.log.reading import Log
 
     return Log(table=table, files=("<memory>",), file_row_ends=np.array([table.num_rows], dtype=np.int64))
 
@@ -678,7 +678,7 @@ def test_compiled_index_matches_numpy(seed, canonical):
 
     import numpy as np
 
-    from gaca_cli.log.checks import inspect_log
+    from gaca_cli.log.checks import CheckOptions, check_log
     from tests.credit.reference import random_rows, rows_to_table
 
     rows = random_rows(seed, max_groups=5, max_trajs=5, max_steps=6)
@@ -688,8 +688,9 @@ def test_compiled_index_matches_numpy(seed, canonical):
         victim = rng.choice([r for r in rows if r["step_idx"] > 0] or rows)
         victim["step_idx"] = 0 if kind == 1 else victim["step_idx"] + 7
     table = rows_to_table(rows)
-    plain_run = inspect_log(_memory_log(table), "advantages:gigpo", canonical)
-    compiled_run = inspect_log(_memory_log(table), "advantages:gigpo", canonical, compiled=True)
+    options = CheckOptions.DEFAULT if canonical else CheckOptions.ANCHOR_WARNINGS
+    plain_run = check_log(_memory_log(table), "advantages:gigpo", options)
+    compiled_run = check_log(_memory_log(table), "advantages:gigpo", options | CheckOptions.COMPILED)
     assert [str(v) for v in compiled_run.violations] == [str(v) for v in plain_run.violations]
     assert compiled_run.warnings == plain_run.warnings
     assert (compiled_run.index is None) == (plain_run.index is None)

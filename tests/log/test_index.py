@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gaca_cli.log.checks import prepare_log
-from gaca_cli.log.io import Log
+from gaca_cli.log.checks import CheckOptions, prepare_log
+from gaca_cli.log.reading import Log
 from tests.credit.reference import random_rows, rows_to_table
 
 
@@ -17,7 +17,7 @@ def index_of(seed: int, canonical: bool, shuffle: bool = True):
     rows = random_rows(seed, max_groups=6, max_trajs=5, max_steps=7, shuffle=shuffle)
     table = rows_to_table(rows)
     log = Log(table=table, files=("<memory>",), file_row_ends=np.array([table.num_rows], dtype=np.int64))
-    index, _ = prepare_log(log, "validate", canonical=canonical)
+    index, _ = prepare_log(log, "validate", CheckOptions.DEFAULT if canonical else CheckOptions.ANCHOR_WARNINGS)
     return rows, table, index
 
 
@@ -80,7 +80,7 @@ def test_a_file_in_canonical_order_is_the_identity():
     table = rows_to_table(rows)
     log = Log(table=table, files=("<memory>",), file_row_ends=np.array([table.num_rows], dtype=np.int64))
     for canonical in (True, False):
-        index, _ = prepare_log(log, "validate", canonical=canonical)
+        index, _ = prepare_log(log, "validate", CheckOptions.DEFAULT if canonical else CheckOptions.ANCHOR_WARNINGS)
         assert index.is_identity and len(index.rows_or_empty) == 0
         x = np.arange(len(rows), dtype=np.float64)
         assert index.in_step_order(x) is x and index.in_file_order(x) is x

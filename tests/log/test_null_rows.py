@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gaca_cli.log.checks import inspect_log
-from gaca_cli.log.io import read_log
+from gaca_cli.log.checks import check_log
+from gaca_cli.log.reading import read_log
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.large_string())])
 
@@ -46,6 +46,6 @@ def test_null_rows_across_row_groups_and_files(tmp_path):
 def test_the_check_names_the_rows_of_an_unread_nested_column(tmp_path):
     write(tmp_path / "a.parquet", 9, {5})
     log = read_log([tmp_path / "a.parquet"], columns=["group_id", "traj_id", "step_idx", "reward"])
-    result = inspect_log(log, "score")
+    result = check_log(log, "score")
     (violation,) = result.violations
     assert violation.column == "messages" and violation.rows == ("(t5, 0)",)

@@ -23,8 +23,8 @@ import pytest
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import inspect_log
-from gaca_cli.log.io import Log, read_log
+from gaca_cli.log.checks import check_log
+from gaca_cli.log.reading import Log, read_log
 from gaca_cli.log.schema import INPUT_BY_NAME, schema_documents, write_schema_documents
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +143,7 @@ def with_column(name: str, arr: pa.Array) -> pa.Table:
 
 
 def type_refused(name: str, arr: pa.Array) -> bool:
-    result = inspect_log(as_log(with_column(name, arr)))
+    result = check_log(as_log(with_column(name, arr)))
     return any(v.column == name and "not usable" in v.rule for v in result.violations)
 
 
@@ -193,7 +193,7 @@ def test_required_and_nullable_match_the_checks(name):
     table = base_table()
     if name in table.column_names:
         table = table.drop_columns([name])
-    missing = inspect_log(as_log(table))
+    missing = check_log(as_log(table))
     refused = any(v.column == name and "missing" in v.rule for v in missing.violations)
     assert refused == column["required"]
     assert column["required"] == (name in C.REQUIRED)
@@ -203,7 +203,7 @@ def test_required_and_nullable_match_the_checks(name):
         sample = base_table()[name].combine_chunks()
     values = sample.to_pylist()
     values[1] = None
-    result = inspect_log(as_log(with_column(name, pa.array(values, sample.type))))
+    result = check_log(as_log(with_column(name, pa.array(values, sample.type))))
     null_refused = any(v.column == name and "null" in v.rule for v in result.violations)
     assert null_refused == (not column["nullable"]), (name, [str(v) for v in result.violations])
 
@@ -236,7 +236,7 @@ NEEDS = schema_documents()["log.schema.json"]["needs"]
 
 def test_full_table_is_valid_for_every_command():
     for command in NEEDS:
-        result = inspect_log(as_log(_full_table()), command)
+        result = check_log(as_log(_full_table()), command)
         assert not result.violations, (command, [str(v) for v in result.violations])
 
 
@@ -245,16 +245,16 @@ def test_needs_match_the_checks(command):
     """Dropping every alternative of one need breaks the command; keeping any one is enough."""
     full = _full_table()
     for alternatives in NEEDS[command]:
-        result = inspect_log(as_log(full.drop_columns(alternatives)), command)
+        result = check_log(as_log(full.drop_columns(alternatives)), command)
         assert any("needs" in v.rule for v in result.violations), (command, alternatives)
         for keep in alternatives:
             dropped = [a for a in alternatives if a != keep]
-            result = inspect_log(as_log(full.drop_columns(dropped)), command)
+            result = check_log(as_log(full.drop_columns(dropped)), command)
             assert not result.violations, (command, keep, [str(v) for v in result.violations])
     # nothing beyond the listed needs (and the required columns) is needed
     listed = {a for alts in NEEDS[command] for a in alts}
     bare = full.drop_columns([n for n in full.column_names if n not in C.REQUIRED])
-    result = inspect_log(as_log(bare.append_column("x", pa.array([0] * N))), command)
+    result = check_log(as_log(bare.append_column("x", pa.array([0] * N))), command)
     assert len(result.violations) == len(NEEDS[command]), (command, listed, [str(v) for v in result.violations])
 
 
@@ -272,7 +272,7 @@ def test_warning_names_match_validate(tmp_path):
     names = {w.split(":")[0] for w in load("log.schema.json")["warnings"]}
     path = tmp_path / "log.parquet"
     pq.write_table(_full_table(), path)
-    result = inspect_log(read_log([path]))
+    result = check_log(read_log([path]))
     assert set(result.warnings) == names
 
 

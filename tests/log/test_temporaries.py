@@ -17,11 +17,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from gaca_cli.log.io import atomic_path, remove_stale_temporaries, write_parquet_atomic
+from gaca_cli.files import atomic_path, remove_stale_temporaries
+from gaca_cli.log.writing import write_parquet_atomic
 
 HOLD = """
 import sys, time
-from gaca_cli.log.io import atomic_path
+from gaca_cli.files import atomic_path
 with atomic_path(sys.argv[1]) as tmp:
     print(tmp, flush=True)
     time.sleep(600)
@@ -84,7 +85,7 @@ def test_a_killed_imports_scratch_directory_is_removed_by_the_next_run(tmp_path)
 
 HOLD_DISCARD = """
 import sys, time
-from gaca_cli.log import io
+from gaca_cli import files as io
 def hold(path, **kwargs):
     print(path, flush=True)
     time.sleep(600)
@@ -97,7 +98,7 @@ def test_a_work_directory_killed_while_deleted_is_removed_by_the_next_run(tmp_pa
     """`gaca score` deletes OUT.parts/ once OUT is written: renamed first to a temporary name
     of OUT, so a kill while deleting leaves no half-deleted OUT.parts/ (which a later run
     would refuse as not its own), and the next run writing OUT removes the rest."""
-    from gaca_cli.log.io import discard_dir
+    from gaca_cli.files import discard_dir
 
     out = tmp_path / "scored.parquet"
     parts = tmp_path / "scored.parquet.parts"
@@ -119,7 +120,7 @@ def test_a_work_directory_killed_while_deleted_is_removed_by_the_next_run(tmp_pa
 
 IGNORE_CTRL_C = """
 import os, signal, time
-from gaca_cli.log.io import ctrl_c_ignored
+from gaca_cli.interrupts import ctrl_c_ignored
 # Ctrl-C on, as in a terminal (a shell's background job starts Python with SIGINT ignored)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 with ctrl_c_ignored():
@@ -178,22 +179,22 @@ def test_a_score_work_directory_killed_while_created_is_started_again(tmp_path):
     """`gaca score` killed between creating OUT.parts/ and renaming its manifest into place
     leaves the directory empty or holding only the manifest's temporary file: the next run
     starts it again instead of refusing it as someone else's directory."""
-    from gaca_cli.lm.scoring import check_work_dir, prepare_work_dir
+    from gaca_cli.lm.shards import check_work_dir, prepare_work_dir
 
-    print_ = {"tool": "gaca score", "rows": 3}
+    run_fingerprint = {"tool": "gaca score", "rows": 3}
     for leftover in ([], ["manifest.tmp"]):
         work = tmp_path / f"out{len(leftover)}.parquet.parts"
         work.mkdir()
         for name in leftover:
             (work / name).write_text("{")
-        assert prepare_work_dir(work, print_, resume=False) == 0
+        assert prepare_work_dir(work, run_fingerprint, resume=False) == 0
         assert sorted(os.listdir(work)) == ["manifest.json"]
-        assert check_work_dir(work, print_, resume=True) == 0
+        assert check_work_dir(work, run_fingerprint, resume=True) == 0
 
 
 def test_a_score_work_directory_with_chunks_is_kept(tmp_path):
     from gaca_cli.errors import GacaError
-    from gaca_cli.lm.scoring import prepare_work_dir
+    from gaca_cli.lm.shards import prepare_work_dir
 
     work = tmp_path / "out.parquet.parts"
     work.mkdir()
@@ -207,7 +208,7 @@ def test_a_score_work_directory_with_chunks_is_kept(tmp_path):
 def test_partial_checkpoints_are_removed(tmp_path):
     """train-offline killed while saving a checkpoint leaves `step-N.tmp`; a resumed run
     removes it (complete checkpoints stay)."""
-    from gaca_cli.lm.training import CHECKPOINTS_DIR, remove_partial_checkpoints
+    from gaca_cli.lm.checkpoints import CHECKPOINTS_DIR, remove_partial_checkpoints
 
     root = tmp_path / CHECKPOINTS_DIR
     (root / "step-00000002").mkdir(parents=True)

@@ -32,7 +32,7 @@ import pytest
 
 from gaca_cli.credit.writing import NO_SPLICE_ENV
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import read_log, stored_arrow_schema
+from gaca_cli.log.reading import read_log, stored_arrow_schema
 from tests.credit.conftest import library_run, outputs_of, record_fallbacks
 
 CODECS = ("snappy", "gzip", "brotli", "zstd", "lz4", "none")

@@ -1,21 +1,5 @@
-"""`--from art`: OpenPipe ART's trajectory files, one row per assistant turn.
-
-ART (openpipe-art 0.5.18, `art/model.py`, `Model.log`) writes each logged batch of
-`TrajectoryGroup`s to `<run>/trajectories/<split>/<step:04d>.parquet` with
-`art/utils/trajectory_logging.py` (`write_trajectory_groups_parquet`): one row per
-`Trajectory`, with `group_index` (the group's position in the batch), `reward`, `metrics`,
-`metadata` and `tools` as JSON text, `logs`, the group's `group_metadata`, `group_metrics`
-and `group_logs`, and `messages`, the whole chat as a list of
-`{role, content, tool_calls (JSON text), tool_call_id, trainable}` where `trainable` marks
-the policy's sampled turns (openai `Choice`s). Runs from before 0.5 wrote JSONL instead
-(`art/utils/trajectory_migration.py`, `serialize_trajectory_groups`): one line per group,
-`{"trajectories": [{reward, metrics, metadata, messages_and_choices, tools,
-additional_histories, logs}]}`, a `Choice` kept as `{finish_reason, index, message}`; both
-are read.
-
-A trajectory becomes one step per assistant turn (`base.split_chat`): its context is the chat
-before it. The trajectory's reward is its outcome: it goes on the last step, 0 before.
-"""
+"""`--from art`: OpenPipe ART's trajectory files (Parquet, and the older JSONL), one row per
+assistant turn. The layout, the fields and the versions followed: docs/formats/art.md."""
 
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 
@@ -202,6 +204,27 @@ def split_chat(
             context.append(_message(m))
 
 
+def after_last_turn(messages: Sequence[Mapping[str, Any]], assistant_role: str = "assistant") -> str | None:
+    """The messages after a chat's last assistant turn (the environment's final feedback, a
+    user's closing turn, a last tool result) as the text of the `final_observation` column, one
+    `role: content` line per message; None when the chat ends with an assistant turn."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == assistant_role), default=None)
+    if last is None or last == len(messages) - 1:
+        return None
+    return "\n".join(f"{m.get('role')}: {text_of(m.get('content'))}" for m in messages[last + 1 :])
+
+
+def message_fields(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The fields of a chat's messages besides role, content and tool_calls (`tool_call_id`,
+    `name`, any other key), by position in the chat, for `extra.message_fields`."""
+    fields = {}
+    for i, m in enumerate(messages):
+        rest = {k: v for k, v in m.items() if k not in ("role", "content", "tool_calls") and v is not None}
+        if rest:
+            fields[str(i)] = rest
+    return fields
+
+
 def _utf8_error(text: str) -> int | None:
     """The position of the first byte that is not UTF-8 in `text` (read with
     `errors="surrogateescape"`, which keeps such a byte as a lone surrogate), or None."""
@@ -289,8 +312,11 @@ def iter_parquet_rows(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(0-based row number, row as a dict) for each row of a Parquet file, read in record
     batches. A file that is not readable Parquet is a SourceError."""
-    from gaca_cli.log.io import READ_ERRORS, open_parquet
+    from gaca_cli.log.decoding import ENCRYPTED, encrypted
+    from gaca_cli.log.reading import READ_ERRORS, open_parquet
 
+    if encrypted(str(path)):  # before pyarrow, which aborts the process on an encrypted column
+        raise SourceError(path, None, None, ENCRYPTED)
     try:
         pf = open_parquet(str(path))  # page checksums verified where the file has them
         row = 0
@@ -320,31 +346,94 @@ def _bad_text(path: str | os.PathLike, batch: Any, first_row: int) -> SourceErro
     return SourceError(path, None, None, "not UTF-8 text")
 
 
-def require(record: Mapping[str, Any], key: str, file: str | os.PathLike, where: str, kinds: type | tuple) -> Any:
-    """`record[key]`, which must exist and be one of `kinds` (bool is never a number)."""
-    if not isinstance(record, Mapping):
-        raise SourceError(file, where, None, f"expected a JSON object, got {type(record).__name__}")
-    if key not in record or record[key] is None:
-        raise SourceError(file, where, key, "missing")
-    value = record[key]
-    numeric = kinds in (int, float) or (isinstance(kinds, tuple) and set(kinds) <= {int, float})
-    if not isinstance(value, kinds) or (numeric and isinstance(value, bool)):
-        names = kinds.__name__ if isinstance(kinds, type) else " or ".join(k.__name__ for k in kinds)
-        raise SourceError(file, where, key, f"must be {names}, got {json.dumps(value, default=str)[:40]}")
+def file_labels(files: Sequence[Path]) -> dict[Path, str]:
+    """Each file's path relative to the folder all the files share, without its suffix: short
+    ids that stay unique when several runs' folders are imported together."""
+    resolved = [f.resolve() for f in files]
+    if not resolved:
+        return {}
+    common = Path(os.path.commonpath([r.parent for r in resolved]))
+    return {f: r.relative_to(common).with_suffix("").as_posix() for f, r in zip(files, resolved, strict=True)}
+
+
+def show(value: Any) -> str:
+    """A source value as an error message quotes it: JSON, at most 40 characters."""
+    return json.dumps(value, default=str)[:40]
+
+
+#: how an error names the types a declaration expects (msgspec's names -> the user's words)
+_KINDS = {"float": "a number", "int": "an integer", "str": "a string", "bool": "true or false"}
+_KINDS.update(array="a list", object="an object")
+
+
+def _kinds(names: str) -> str:
+    return " or ".join(_KINDS.get(k, k) for k in names.split(" | ") if k != "null")
+
+
+def broken(field: str, rule: str) -> ValueError:
+    """What a declaration's own check (its `__post_init__`) raises: `rule` about `field`."""
+    return ValueError(f"{field}\x1f{rule}")
+
+
+_AT = re.compile(r"(.*?)(?: - at `\$(.*)`)?", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+
+
+def _at(value: Any, path: str) -> Any:
+    """The value at `path` (msgspec's `.key[0]` notation) in `value`, None where it is absent."""
+    for key, index in _STEP.findall(path):
+        if index == "...":
+            return None
+        if key:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        else:
+            value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
+    return value
+
+
+def declared(kind: Any, value: Any, file: str | os.PathLike, where: str | None, prefix: str = "") -> Any:
+    """`value` (a parsed JSON record) as its declaration `kind`, a msgspec Struct or type (strict: no
+    string for a number, no bool for an integer); a record that does not fit is a SourceError
+    naming the field (`prefix` + its path in the record) and the rule it breaks. The one place
+    that turns a declaration's complaint into the `Error:` line."""
+    try:
+        return msgspec.convert(value, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        match = _AT.fullmatch(str(exc))
+        message, path = (match[1], match[2] or "") if match else (str(exc), "")
+        got = _at(value, path)
+        if m := re.fullmatch(r"Object missing required field `(.+)`", message):
+            path, rule = f"{path}.{m[1]}", "missing"
+        elif m := re.fullmatch(r"Expected `(.+?)`, got `(.+?)`", message):
+            if not path and m[1] == "object":
+                rule = f"expected a JSON object, got {type(value).__name__}"
+            else:
+                rule = f"must be {_kinds(m[1])}, got {show(got)}"
+        elif "\x1f" in message:  # a rule the declaration states itself (broken(field, rule))
+            name, rule = message.split("\x1f", 1)
+            path = f"{path}.{name}"
+        elif message == "Number out of range" and isinstance(got, int):
+            rule = f"is an integer of {len(str(abs(got)))} digits, too large for a number"
+        else:
+            rule = message
+        field = (prefix + path.replace("[...]", "")).lstrip(".") or None
+        raise SourceError(file, where, field, rule) from None
+
+
+CHAT = "a list of chat messages ({'role': ..., 'content': ...})"
+
+
+def chat_messages(value: Any, file: str | os.PathLike, where: str | None, key: str, rule: str = "") -> list[Any]:
+    """`value`, which must be a list of chat messages (objects with a string `role`)."""
+    if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
+        raise SourceError(file, where, key, rule or f"must be {CHAT}, each role a string")
     return value
 
 
 def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> float:
-    """A finite-or-not float from a JSON number (bool refused; an integer beyond a float's
-    range, ~1.8e308, is a SourceError too)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SourceError(file, where, key, f"must be a number, got {json.dumps(value, default=str)[:40]}")
-    try:
-        return float(value)
-    except OverflowError:
-        raise SourceError(
-            file, where, key, f"is an integer of {len(str(abs(value)))} digits, too large for a number"
-        ) from None
+    """A float from a JSON number (bool refused; an integer beyond a float's range, ~1.8e308,
+    is a SourceError too)."""
+    return declared(float, value, file, where, key)
 
 
 def companion_files(sources: Iterable[str | os.PathLike], companions: Sequence[str]) -> list[Path]:

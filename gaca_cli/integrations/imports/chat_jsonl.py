@@ -1,15 +1,7 @@
-"""`--from chat-jsonl`: the generic case every home-grown loop can write.
-
-One JSON object per line, of either kind (a file may mix them):
-
-- a **trajectory** record: `messages`, the whole chat in OpenAI format (assistant turns
-  included), and its reward(s); it becomes one step per assistant turn, whose context is
-  everything before it;
-- a **step** record: the context (`messages` up to, not including, the policy's turn, or a
-  `prompt` string) and the `action` text; `traj_id` ties the steps of one rollout together.
-
-The field names are gaca's; `--map FIELD=SOURCE` reads another name (e.g. `--map reward=score`).
-"""
+"""`--from chat-jsonl`: the generic case every home-grown loop can write, one JSON object per
+line: a whole chat (`messages` + reward(s)), split at its assistant turns, or one step
+(`messages`/`prompt` + `action`). Field names are gaca's; `--map FIELD=SOURCE` reads another
+name. What each field becomes: docs/formats/chat-jsonl.md."""
 
 from __future__ import annotations
 
@@ -24,10 +16,13 @@ from gaca_cli.integrations.imports.base import (
     FormatInfo,
     ImportOptions,
     SourceError,
+    after_last_turn,
+    chat_messages,
     iter_jsonl,
     keep_columns,
     locate,
     located,
+    message_fields,
     number,
     split_chat,
     split_fields,
@@ -67,6 +62,10 @@ INFO = FormatInfo(
         "anchor_obs": "anchor_obs (a list, one per assistant turn, in trajectory records)",
         "done": "done (step records); whole chats: true on the last assistant turn, unless the record says done: false",
     },
+    derived={
+        "final_observation": "whole chats: the messages after the last assistant turn, one `role: content` line each",
+        "extra.message_fields": "the messages' fields besides role, content and tool_calls, by position in the chat",
+    },
 )
 
 
@@ -105,14 +104,6 @@ def _with_rest(row: dict[str, Any], own: dict[str, Any], extra: dict[str, Any]) 
     return row
 
 
-def _messages(value: Any, path: Path, where: str, key: str) -> list[Mapping[str, Any]]:
-    if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
-        raise SourceError(
-            path, where, key, "must be a list of chat messages ({'role': ..., 'content': ...}), each role a string"
-        )
-    return value
-
-
 def _done(record: Mapping[str, Any], key: str, path: Path, where: str) -> bool | None:
     """The record's `done`, None when absent or null."""
     done = record.get(key)
@@ -124,7 +115,7 @@ def _done(record: Mapping[str, Any], key: str, path: Path, where: str) -> bool |
 def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: ImportOptions) -> Iterator[dict]:
     where = f"line {line}"
     f = {name: _field(options, name) for name in FIELDS}
-    messages = _messages(record[f["messages"]], path, where, f["messages"])
+    messages = chat_messages(record[f["messages"]], path, where, f["messages"])
     turns = list(split_chat(messages))
     if not turns:
         raise SourceError(path, where, f["messages"], "has no assistant turn (nothing the policy did)")
@@ -167,6 +158,9 @@ def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: Impor
     done = _done(record, f["done"], path, where) is not False
     used = {f[name] for name in ("group_id", "traj_id", "messages", "reward", "rewards", "episode_reward")}
     own, extra = _rest(record, used | {f["anchor_obs"], f["done"]}, path, where)
+    fields, final = message_fields(messages), after_last_turn(messages)
+    if fields:  # every field of every message is kept: those besides role and content here
+        extra = {**extra, "message_fields": fields}
     for i, (context, action, _message) in enumerate(turns):
         row = {
             "group_id": group_id,
@@ -180,6 +174,8 @@ def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: Impor
         }
         if anchors is not None:
             row["anchor_obs"] = text_of(anchors[i])
+        if final is not None and i == n - 1:
+            row["final_observation"] = final
         yield _with_rest(row, own, extra)
 
 
@@ -209,10 +205,12 @@ def _step(
     elif isinstance(step, bool) or not isinstance(step, int):
         raise SourceError(path, where, f["step_idx"], f"must be an integer, got {step!r:.40}")
     row["step_idx"] = step
+    fields: dict[str, Any] = {}
     if record.get(f["messages"]) is not None:
-        messages = _messages(record[f["messages"]], path, where, f["messages"])
+        messages = chat_messages(record[f["messages"]], path, where, f["messages"])
         row["messages"] = [{"role": m["role"], "content": text_of(m.get("content"))} for m in messages]
         used.add(f["messages"])
+        fields = message_fields(messages)
     elif record.get(f["prompt"]) is not None:
         row["prompt"] = text_of(record[f["prompt"]])
         used.add(f["prompt"])
@@ -228,6 +226,8 @@ def _step(
     if done is not None:
         row["done"] = done
     own, extra = _rest(record, used, path, where)
+    if fields:
+        extra["message_fields"] = fields
     return _with_rest(row, own, extra)
 
 

@@ -269,8 +269,16 @@ def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
         notes.append(
             f"no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; use --method grpo, {route}"
         )
-    if not have & {"prompt", "messages", "prompt_token_ids"} or not have & {"action", "action_token_ids"}:
-        notes.append("no prompt/messages or action (text or token ids): gaca score and train-offline cannot run")
+    lacking = [
+        name
+        for name, columns in (
+            ("prompt/messages", {"prompt", "messages", "prompt_token_ids"}),
+            ("action", {"action", "action_token_ids"}),
+        )
+        if not have & columns
+    ]
+    if lacking:
+        notes.append(f"no {' or '.join(lacking)} (text or token ids): gaca score and train-offline cannot run")
     if "behavior_logprobs" not in have:
         notes.append("no behavior_logprobs: gaca's criticality needs `gaca score` first")
     if steps_per_traj <= 1:
@@ -289,8 +297,10 @@ def run_import(
     `out` is None, only check it. A source record that does not fit the format raises a
     GacaError (nothing written); a broken schema rule is returned in `violations` (nothing
     written either)."""
-    from gaca_cli.log.checks import inspect_log
-    from gaca_cli.log.io import atomic_path, ctrl_c_ignored, missing_dirs, read_log, remove_empty, temporary_dir
+    from gaca_cli.files import atomic_path, missing_dirs, remove_empty, temporary_dir
+    from gaca_cli.interrupts import ctrl_c_ignored
+    from gaca_cli.log.checks import check_log
+    from gaca_cli.log.reading import read_log
 
     if format_name not in FORMATS:
         raise GacaError(f"unknown format {format_name!r}; use one of {', '.join(FORMATS)}")
@@ -315,7 +325,7 @@ def run_import(
         merged = tmp / "log.parquet"
         columns = _merge(parts, str(merged), metadata)
         log = read_log([merged], {}, columns=_checked_columns)
-        result = inspect_log(log, command)
+        result = check_log(log, command)
         violations = [_renamed(v, f"{label} (as imported)") for v in result.violations]
         steps = _max_steps(log) if not violations else 0
         summary = {

@@ -1,28 +1,5 @@
-"""`--from rllm`: rLLM's saved episodes (Episode -> Trajectory -> Step), one row per Step.
-
-rLLM (rllm-org/rllm; not on the package index) saves an episode as one JSON file in two ways:
-
-- `EpisodeLogger.log_episode` (`rllm/utils/episode_logger.py`, what the trainer runs with
-  `trainer.log_episodes=true`) writes `<episode_log_dir>/episodes/<mode>_step_<n>_epoch_<e>/
-  episode_hash<task hash>_id<episode id>.json`: `training_step`, `epoch`, `episode_id`, `task`,
-  `task_hash`, `is_correct`, `termination_reason`, `metrics`, `timing` and `trajectories`
-  (`name`, `uid`, `reward`, `num_steps`, `timing`, `steps`: `observation`, `thought`,
-  `action`, `reward`, `done`, `model_response`, `chat_completions`, `timing`); newer
-  versions add `session_id` and `metadata`. `batch_summary.json` beside them is not an episode.
-- `Episode.to_dict()` (`rllm/agents/agent.py`) gives `id`, `task`, `termination_reason`,
-  `is_correct`, `trajectories` (`uid`, `name`, `task`, `reward`, `info`, `steps` with, besides
-  the fields above, `prompt_ids`, `response_ids`, `logprobs`, `model_output`, `info`,
-  `mc_return`, `advantage`, `weight_version`), `metrics` and `info`.
-
-An rLLM step is one model call: its `chat_completions` is the chat up to and including the
-model's answer, so the context is every message before the last and the action is the last.
-
-The fields not mapped are kept by level: nested ones in `extra` (`{"episode": ..., "trajectory":
-..., "step": ...}`), scalar ones as columns, a step's under its name, a trajectory's as
-`trajectory_<name>`, an episode's as `episode_<name>`; a name that is one of this format's
-columns then becomes `source_<name>`, and two fields that would still share a column are a
-SourceError naming the step and the field.
-"""
+"""`--from rllm`: rLLM's episode files (`Episode.to_dict`, one JSON document per episode), one
+row per Step of every trajectory. The fields and the versions followed: docs/formats/rllm.md."""
 
 from __future__ import annotations
 
@@ -33,15 +10,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.integrations.imports.base import (
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     action_text,
+    broken,
+    chat_messages,
+    declared,
     keep_columns,
     locate,
-    number,
     read_json,
     split_fields,
     text_of,
@@ -183,54 +164,65 @@ def _group_of(episode_id: str, episode: Mapping[str, Any]) -> str:
     return hashlib.sha256(task.encode("utf-8")).hexdigest()[:8]
 
 
-def _ints(value: Any, path: Path, where: str, key: str) -> list[int] | None:
+class _Step(msgspec.Struct):
+    reward: float
+    done: bool | None = None  # absent or null: rllm's Step default (False)
+    chat_completions: Any = None  # checked by chat_messages
+    model_response: str | None = None
+    prompt_ids: list[Any] | None = None
+    response_ids: list[Any] | None = None
+    logprobs: list[float] | None = None
+    advantage: float | list[Any] | None = None
+
+
+class _Trajectory(msgspec.Struct):
+    name: str
+    steps: list[Any]
+    reward: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            raise broken("steps", "missing or empty: a trajectory needs at least one step")
+
+
+class _Episode(msgspec.Struct):
+    trajectories: list[Any]
+    id: str | None = None
+    episode_id: str | None = None
+    is_correct: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.episode_id is None and self.id is None:
+            raise broken("episode_id", "missing (or `id`)")
+
+
+def _ints(value: list[Any] | None) -> list[int] | None:
     """A token id list, None when empty or when it holds something else than ints (tinker's
     image blocks: then it is kept in extra)."""
-    if value is None or value == []:
-        return None
-    if not isinstance(value, list):
-        raise SourceError(path, where, key, f"must be a list of token ids, got {type(value).__name__}")
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return value
     return None
 
 
-def _context_and_action(step: Mapping[str, Any], path: Path, where: str) -> tuple[list[dict[str, str]], str]:
-    chat = step.get("chat_completions")
-    if chat is None:
-        chat = []
-    if not isinstance(chat, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in chat):
-        raise SourceError(
-            path, where, "chat_completions", "must be a list of chat messages ({'role': ..., 'content': ...})"
-        )
+def _context_and_action(step: _Step, path: Path, where: str) -> tuple[list[dict[str, str]], str]:
+    chat = chat_messages(step.chat_completions or [], path, where, "chat_completions")
     context = [
         {"role": m["role"], "content": action_text(m) if m["role"] == "assistant" else text_of(m.get("content"))}
         for m in chat
     ]
     if chat and chat[-1]["role"] == "assistant":
         return context[:-1], context[-1]["content"]
-    response = step.get("model_response")
-    if not chat and not response:
+    if not chat and not step.model_response:
         raise SourceError(path, where, "chat_completions", "empty, and no model_response: the step has no action")
-    if response is not None and not isinstance(response, str):
-        raise SourceError(path, where, "model_response", f"must be text, got {type(response).__name__}")
-    return context, response or ""
+    return context, step.model_response or ""
 
 
 def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    if not isinstance(step, Mapping):
-        raise SourceError(path, where, None, f"a step must be an object, got {type(step).__name__}")
-    messages, action = _context_and_action(step, path, where)
-    if step.get("reward") is None:
-        raise SourceError(path, where, "reward", "missing")
-    done = step.get("done")
-    if done is None:
-        done = False  # absent or null: rllm's Step default
-    elif not isinstance(done, bool):
-        raise SourceError(path, where, "done", f"must be true or false, got {done!r:.40}")
+    declared_step = declared(_Step, step, path, where)
+    messages, action = _context_and_action(declared_step, path, where)
     row: dict[str, Any] = {
-        "reward": number(step["reward"], path, where, "reward"),
-        "done": done,
+        "reward": declared_step.reward,
+        "done": bool(declared_step.done),
         "messages": messages,
         "action": action,
         "observation": _text(step.get("observation")),
@@ -244,13 +236,12 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
             row[key] = step[key]
     extra: dict[str, Any] = {}
     others = {key: value for key, value in step.items() if key not in STEP_KEYS}
-    advantage = step.get("advantage")
+    advantage = declared_step.advantage
     if isinstance(advantage, list):
         extra["advantage"] = advantage
     elif advantage is not None:  # gaca's column: kept as source_advantage, with the other fields below
-        others["advantage"] = number(advantage, path, where, "advantage")
-    prompt_ids = _ints(step.get("prompt_ids"), path, where, "prompt_ids")
-    response_ids = _ints(step.get("response_ids"), path, where, "response_ids")
+        others["advantage"] = advantage
+    prompt_ids, response_ids = _ints(declared_step.prompt_ids), _ints(declared_step.response_ids)
     if prompt_ids is not None:
         row["prompt_token_ids"] = prompt_ids
     elif step.get("prompt_ids"):
@@ -259,14 +250,12 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
         row["action_token_ids"] = response_ids
     elif step.get("response_ids"):
         extra["response_ids"] = step["response_ids"]
-    logprobs = step.get("logprobs")
+    logprobs = declared_step.logprobs
     if logprobs:
-        if not isinstance(logprobs, list):
-            raise SourceError(path, where, "logprobs", f"must be a list of numbers, got {type(logprobs).__name__}")
         if response_ids is None or len(logprobs) != len(response_ids):
             n = 0 if response_ids is None else len(response_ids)
             raise SourceError(path, where, "logprobs", f"has {len(logprobs)} values for {n} response_ids")
-        row["behavior_logprobs"] = [number(v, path, where, "logprobs") for v in logprobs]
+        row["behavior_logprobs"] = logprobs
     output = step.get("model_output")
     if isinstance(output, Mapping):
         # the token lists it repeats are the step's own; the rest is kept
@@ -281,19 +270,10 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
 
 
 def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
-    if not isinstance(record, Mapping):
-        raise SourceError(path, None, None, f"expected an episode (a JSON object), got {type(record).__name__}")
+    episode = declared(_Episode, record, path, None)
     id_key = "episode_id" if "episode_id" in record else "id"
-    episode_id = record.get(id_key)
-    if not isinstance(episode_id, str):
-        raise SourceError(path, None, "episode_id", f"missing or not a string, got {episode_id!r:.40}")
-    trajectories = record.get("trajectories")
-    if not isinstance(trajectories, list):
-        raise SourceError(path, None, "trajectories", "missing or not a list")
-    is_correct = record.get("is_correct")
-    if is_correct is not None and not isinstance(is_correct, bool):
-        raise SourceError(path, None, "is_correct", f"must be true or false, got {is_correct!r:.40}")
-    episode_row: dict[str, Any] = {"episode_id": episode_id, "success": is_correct}
+    episode_id = str(episode.episode_id if id_key == "episode_id" else episode.id)
+    episode_row: dict[str, Any] = {"episode_id": episode_id, "success": episode.is_correct}
     for key in EPISODE_COLUMNS:
         if key in record:
             episode_row[key] = record[key]
@@ -302,16 +282,10 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
         {key: value for key, value in record.items() if key not in used}, path, None, "episode"
     )
     task_id = _group_of(episode_id, record)
-    for k, trajectory in enumerate(trajectories):
+    for k, trajectory in enumerate(episode.trajectories):
         where = f"trajectories[{k}]"
-        if not isinstance(trajectory, Mapping):
-            raise SourceError(path, where, None, f"a trajectory must be an object, got {type(trajectory).__name__}")
-        name = trajectory.get("name")
-        if not isinstance(name, str):
-            raise SourceError(path, where, "name", f"missing or not a string, got {name!r:.40}")
-        steps = trajectory.get("steps")
-        if not isinstance(steps, list) or not steps:
-            raise SourceError(path, where, "steps", "missing or empty: a trajectory needs at least one step")
+        declared_trajectory = declared(_Trajectory, trajectory, path, where)
+        name, steps = declared_trajectory.name, declared_trajectory.steps
         traj_row: dict[str, Any] = {"traj_name": name, "traj_uid": _text(trajectory.get("uid"))}
         for key in TRAJECTORY_COLUMNS:
             if key in trajectory:
@@ -321,8 +295,8 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
             {key: value for key, value in trajectory.items() if key not in used}, path, where, "trajectory"
         )
         parsed = [_step_row(step, path, f"{where}.steps[{i}]") for i, step in enumerate(steps)]
-        if trajectory.get("reward") is not None:
-            episode_reward = number(trajectory["reward"], path, where, "reward")
+        if declared_trajectory.reward is not None:
+            episode_reward = declared_trajectory.reward
         else:  # rLLM allows a trajectory without a reward: its return is the sum of its steps'
             episode_reward = math.fsum(step_row["reward"] for step_row, _ in parsed)
         traj_row["episode_reward"] = episode_reward

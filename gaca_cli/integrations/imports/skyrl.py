@@ -1,25 +1,6 @@
-"""SkyRL: its evaluation dumps, and its generator output written by `write_generator_output`.
-
-Followed: skyrl 0.4.0 (NovaSky-AI/SkyRL), `skyrl/train/generators/base.py` (`GeneratorOutput`,
-`TrajectoryID`), `skyrl/train/generators/skyrl_gym_generator.py` (`SkyRLGymGenerator.generate`,
-the step-wise rows and `is_last_step`), `skyrl/train/utils/trainer_utils.py`
-(`dump_per_dataset_eval_results`) and `skyrl/train/evaluate.py` (`evaluate`).
-
-Two kinds of JSONL record, told apart by their fields:
-
-- **eval dump** (`trainer.dump_eval_results=true`: `<export_path>/dumped_evals/<step>_evals/
-  <data_source>.jsonl`): `input_prompt` and `output_response` (decoded, special tokens kept),
-  `score` (a float, or per-token rewards), `stop_reason`, `env_class`, `env_extras`,
-  `data_source`. One line is one rollout; SkyRL writes no prompt uid, so the rollouts of one
-  prompt are those with the same `input_prompt` in one file. `aggregated_results.jsonl` holds
-  the run's metrics only and is skipped.
-- **generator output** (one line per `GeneratorOutput` row, written in the trainer by
-  `write_generator_output` below): `prompt_token_ids`, `response_ids`, `loss_masks`, `rewards`
-  (a float or per-token), `rollout_logprobs`, `stop_reasons`, `trajectory_ids`, `is_last_step`,
-  `env_metrics`, plus `uid` and `global_step`. Each run of 1s in the loss mask is one step (the
-  policy's tokens; 0s are observations and template): its context is the prompt and every
-  response token before it. Step-wise rows (one per turn) chain by `trajectory_ids`.
-"""
+"""`--from skyrl`: SkyRL's eval dumps (one line per rollout) and generator-output rows (token
+ids, loss masks, per-token or scalar rewards; step-wise rows continue a trajectory). The
+fields and the versions followed: docs/formats/skyrl.md."""
 
 from __future__ import annotations
 
@@ -30,17 +11,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.integrations.imports.base import (
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
+    broken,
+    declared,
     iter_jsonl,
     keep_columns,
     locate,
     located,
-    number,
-    require,
     split_fields,
 )
 
@@ -153,10 +136,45 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             )
 
 
+class _EvalLine(msgspec.Struct):
+    """A line of an eval dump (`dump_per_dataset_eval_results`)."""
+
+    input_prompt: str
+    output_response: str
+    score: float | list[float]
+
+
+class _TrajectoryIds(msgspec.Struct):
+    instance_id: Any
+    repetition_id: Any
+
+
+class _GeneratorRow(msgspec.Struct):
+    """One row of a GeneratorOutput (one trajectory, or one turn of a step-wise one)."""
+
+    prompt_token_ids: list[int]
+    response_ids: list[int]
+    loss_masks: list[int]
+    rewards: float | list[float]
+    rollout_logprobs: list[float] | None = None
+    is_last_step: bool | None = None
+    trajectory_ids: _TrajectoryIds | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        for name, values in (
+            ("loss_masks", self.loss_masks),
+            ("rewards", self.rewards),
+            ("rollout_logprobs", self.rollout_logprobs),
+        ):
+            if isinstance(values, list) and len(values) != n:
+                raise broken(name, f"has {len(values)} values for {n} response_ids")
+
+
 def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> dict:
-    prompt = require(record, "input_prompt", path, where, str)
-    response = require(record, "output_response", path, where, str)
-    score = _reward_value(require(record, "score", path, where, (int, float, list)), path, where, "score")
+    line_ = declared(_EvalLine, record, path, where)
+    prompt, response = line_.input_prompt, line_.output_response
+    score = float(sum(line_.score)) if isinstance(line_.score, list) else line_.score
     row: dict[str, Any] = {
         "group_id": f"{path}:{hashlib.sha1(prompt.encode('utf-8')).hexdigest()[:16]}",
         "traj_id": f"{path}:{line}",
@@ -185,43 +203,17 @@ def _generator_rows(
     open_steps: dict[str, tuple[int, int, str]],
     ended: dict[str, int],
 ) -> Iterator[dict]:
-    prompt_ids = _int_list(record, "prompt_token_ids", path, where)
-    response_ids = _int_list(record, "response_ids", path, where)
-    mask = _int_list(record, "loss_masks", path, where)
-    if len(mask) != len(response_ids):
-        raise SourceError(path, where, "loss_masks", f"has {len(mask)} values for {len(response_ids)} response_ids")
-    rewards_raw = require(record, "rewards", path, where, (int, float, list))
-    per_token = isinstance(rewards_raw, list)
-    if per_token:
-        token_rewards = [number(v, path, where, "rewards") for v in rewards_raw]
-        if len(token_rewards) != len(response_ids):
-            raise SourceError(
-                path, where, "rewards", f"has {len(token_rewards)} values for {len(response_ids)} response_ids"
-            )
-    logprobs: list[float] | None = None
-    if record.get("rollout_logprobs") is not None:
-        raw = record["rollout_logprobs"]
-        if not isinstance(raw, list):
-            raise SourceError(path, where, "rollout_logprobs", "must be a list of numbers")
-        logprobs = [number(v, path, where, "rollout_logprobs") for v in raw]
-        if len(logprobs) != len(response_ids):
-            raise SourceError(
-                path, where, "rollout_logprobs", f"has {len(logprobs)} values for {len(response_ids)} response_ids"
-            )
-    is_last = record.get("is_last_step")
-    if is_last is not None and not isinstance(is_last, bool):
-        raise SourceError(path, where, "is_last_step", f"must be true or false, got {json.dumps(is_last)[:40]}")
-
+    generated = declared(_GeneratorRow, record, path, where)
+    prompt_ids, response_ids, mask = generated.prompt_token_ids, generated.response_ids, generated.loss_masks
+    rewards, logprobs, is_last = generated.rewards, generated.rollout_logprobs, generated.is_last_step
     step = record.get("global_step")
     step_tag = "" if step is None else f"step{step}:"
-    traj = record.get("trajectory_ids")
+    traj = generated.trajectory_ids
     uid = record.get("uid")
     if traj is not None:
-        if not isinstance(traj, Mapping) or "instance_id" not in traj or "repetition_id" not in traj:
-            raise SourceError(path, where, "trajectory_ids", "must be an object with instance_id and repetition_id")
-        key = f"{path}:{step_tag}{traj['instance_id']}_{traj['repetition_id']}"
+        key = f"{path}:{step_tag}{traj.instance_id}_{traj.repetition_id}"
         if uid is None:
-            uid = traj["instance_id"]
+            uid = traj.instance_id
         traj_id = key if not ended.get(key) else f"{key}#{ended[key] + 1}"
         last_row = is_last is not False  # a step-wise row continues its trajectory until is_last_step
     else:
@@ -246,17 +238,17 @@ def _generator_rows(
     # a field named like a column the rows get (`reward`, `done`, ...) is kept as source_<name>
     common.update(keep_columns(own, path, where, _GENERATOR_WRITTEN))
     if traj is not None:
-        common["instance_id"] = str(traj["instance_id"])
-        common["repetition_id"] = traj["repetition_id"]
+        common["instance_id"] = str(traj.instance_id)
+        common["repetition_id"] = traj.repetition_id
     for i, (start, end) in enumerate(runs):
         # the step's reward: the per-token rewards from its first token to the next step's first
         # token (the first step also takes any before it); a scalar reward sits on the last step
         seg_start = 0 if i == 0 else start
         seg_end = runs[i + 1][0] if i + 1 < len(runs) else len(response_ids)
-        if per_token:
-            reward = float(sum(token_rewards[seg_start:seg_end]))
+        if isinstance(rewards, list):
+            reward = float(sum(rewards[seg_start:seg_end]))
         else:
-            reward = number(rewards_raw, path, where, "rewards") if i == len(runs) - 1 else 0.0
+            reward = rewards if i == len(runs) - 1 else 0.0
         last = i == len(runs) - 1
         row: dict[str, Any] = {
             "group_id": group_id,
@@ -278,7 +270,7 @@ def _generator_rows(
     if last_row:
         ended[key] = ended.get(key, 0) + 1
     else:
-        open_steps[traj_id] = (first_step + len(runs), line, f"{traj['instance_id']}_{traj['repetition_id']}")
+        open_steps[traj_id] = (first_step + len(runs), line, f"{traj.instance_id}_{traj.repetition_id}")
 
 
 def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
@@ -294,20 +286,6 @@ def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
     if start is not None:
         runs.append((start, len(mask)))
     return runs
-
-
-def _reward_value(value: Any, path: Path, where: str, key: str) -> float:
-    if isinstance(value, list):
-        return float(sum(number(v, path, where, key) for v in value))
-    return number(value, path, where, key)
-
-
-def _int_list(record: Mapping[str, Any], key: str, path: Path, where: str) -> list[int]:
-    value = require(record, key, path, where, list)
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise SourceError(path, where, key, f"must be a list of integers, got {json.dumps(v, default=str)[:40]}")
-    return value
 
 
 def write_generator_output(

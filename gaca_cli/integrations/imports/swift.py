@@ -1,18 +1,5 @@
-"""`--from swift`: ms-swift's `completions.jsonl` (GRPO with `--log_completions true`).
-
-ms-swift 4.6.0's `GRPOTrainer.log` (`swift/rlhf_trainers/grpo_trainer.py`) appends, at each
-logging step, one JSON line to `<output_dir>/completions.jsonl` through `JsonlWriter`
-(`swift/utils/io_utils.py`): a table of equal-length lists, in this key order: `step`
-(the global step, as text), `prompt` (the chat template applied to the messages before the
-completion), `completion`, one list per reward function (named after it), `advantages`, then
-whatever else the trainer gathered (`solution`, `num_turns`, `entropy`, ...). The Megatron
-trainer (`swift/megatron/trainers/grpo_trainer.py`) writes the same table with `gen_step`; the
-Ray driver (`swift/ray/megatron/base_trainer.py`) one line per completion:
-`{gen_step, prompt, completion, reward}`.
-
-Each completion is a one-step trajectory; the completions of one prompt in one line (one
-logging step) form an episode group.
-"""
+"""`--from swift`: ms-swift's GRPO completions.jsonl (table lines of the trainer, lines of the
+Ray driver), one row per completion, its reward the weighted sum of the reward functions' (args.json's reward_weights). The fields and the versions followed: docs/formats/swift.md."""
 
 from __future__ import annotations
 

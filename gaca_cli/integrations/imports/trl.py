@@ -1,45 +1,24 @@
-"""`--from trl`: the completion tables of TRL's `GRPOTrainer` (`GRPOConfig(log_completions=True)`).
-
-Followed: trl 1.16.0, `trl/trainer/grpo_trainer.py`. At every logging step, on the main
-process, `GRPOTrainer.log` writes `<output_dir>/completions/completions_<global_step:05d>.parquet`
-with pandas: one row per completion of the latest generation batch, gathered from all processes
-(`GRPOTrainer._generate_and_score_completions` fills it), in these columns:
-
-    step | prompt | completion | <one column per reward function> | <log_extra columns> | advantage
-
-- `step`: the trainer's global step (the same in every row of a file);
-- `prompt`: the dataset's prompt, a string, or chat messages for conversational datasets;
-- `completion`: the decoded text, or a list of messages for conversational datasets: one
-  assistant message, or, with tools, the assistant's turns interleaved with the tool results;
-- one float column per reward function, named after it, in `reward_funcs` order; null where
-  the function returned None (not applicable to that sample);
-- columns a reward function added through the `log_extra` hook;
-- `advantage`: the advantage TRL trained on.
-
-Each completion is one trajectory; its episode group is (file, step, prompt): the completions of
-one prompt at one logging step. A plain completion is one step; a chat completion is one step per
-assistant turn (the context being the prompt and the completion's earlier messages), the outcome
-reward on its last step. The reward is TRL's own aggregate, the weighted sum of the reward
-columns over the functions that returned a value: Σ_i w_i r_i with `--reward-weights` (default:
-every w_i = 1), as `_generate_and_score_completions` computes it (`nansum` of `rewards_per_func
-* reward_weights`; in float64 here, in float32 there).
-"""
+"""`--from trl`: TRL's GRPO completions tables (`log_completions=True`, Parquet), one row per
+completion, its reward the weighted sum of the reward functions' columns. The fields and the
+versions followed: docs/formats/trl.md."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gaca_cli.integrations.imports.base import (
+    CHAT,
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
+    chat_messages,
+    file_labels,
     iter_parquet_rows,
     keep_columns,
     locate,
@@ -80,16 +59,6 @@ INFO = FormatInfo(
 )
 
 
-def _labels(files: Sequence[Path]) -> dict[Path, str]:
-    """Each file's path relative to the folder all the files share, without `.parquet`: short
-    ids that stay unique when several runs' folders are imported together."""
-    resolved = [f.resolve() for f in files]
-    if not resolved:
-        return {}
-    common = Path(os.path.commonpath([r.parent for r in resolved]))
-    return {f: r.relative_to(common).with_suffix("").as_posix() for f, r in zip(files, resolved, strict=True)}
-
-
 def _columns(record: Mapping[str, Any], path: Path, n_weights: int | None) -> tuple[list[str], list[str]]:
     """(the reward columns, the other columns) of a table whose first row is `record`.
 
@@ -117,12 +86,6 @@ def _columns(record: Mapping[str, Any], path: Path, n_weights: int | None) -> tu
         rewards = between[:n_weights]
     fixed = {STEP, PROMPT, COMPLETION, ADVANTAGE, *rewards}
     return rewards, [n for n in names if n not in fixed]
-
-
-def _messages(value: Any, path: Path, where: str, key: str, rule: str) -> list[Mapping[str, Any]]:
-    if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
-        raise SourceError(path, where, key, rule)
-    return value
 
 
 def _captured(messages: Sequence[Mapping[str, Any]], keys: frozenset[str]) -> bool:
@@ -178,9 +141,8 @@ def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[d
         if not isinstance(completion, str):
             raise SourceError(path, where, COMPLETION, "must be a string when the prompt is a string")
         return [{PROMPT: prompt, "action": completion}], {}
-    chat = "a list of chat messages ({'role': ..., 'content': ...})"
-    prompt_messages = _messages(prompt, path, where, PROMPT, f"must be a string or {chat}")
-    completion_messages = _messages(completion, path, where, COMPLETION, f"must be {chat} when the prompt is one")
+    prompt_messages = chat_messages(prompt, path, where, PROMPT, f"must be a string or {CHAT}")
+    completion_messages = chat_messages(completion, path, where, COMPLETION, f"must be {CHAT} when the prompt is one")
     context = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in prompt_messages]
     steps = [{"messages": context + before, "action": text} for before, text, _ in split_chat(completion_messages)]
     if not steps:
@@ -202,7 +164,7 @@ def _group_key(step: int, prompt: Any) -> str:
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     """One row per step of each completion, file by file, row by row (Parquet record batches)."""
-    labels = _labels(files)
+    labels = file_labels(files)
     for path in files:
         label = labels[path]
         columns: tuple[list[str], list[str]] | None = None

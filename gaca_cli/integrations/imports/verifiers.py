@@ -1,44 +1,33 @@
-"""Prime Intellect verifiers: what `vf-eval` saves, in both layouts it has had.
-
-verifiers 0.4 (`traces.jsonl`). Followed: verifiers 0.4.0, `verifiers/v1/utils/trace_store.py`
-(`write_episode`: `Episode` dumped with pydantic, `exclude_none=True`, one JSON line per finished
-rollout) and the models it dumps: `verifiers/v1/episode.py` (`Episode`), `verifiers/v1/trace.py`
-(`Trace`, `ModelCall`, `Reward`) and `verifiers/v1/graph.py` (`MessageNode`). An episode holds
-its task, env, run and one `Trace` per agent; a trace stores its chat as a message graph: each
-node holds one message, its `parent` node, the tokens it adds to the sequence (`token_ids`), a
-`mask` (True on the model-sampled tokens) and the sampled tokens' `logprobs`. Each sampled node
-(a model turn) becomes one step whose context is the path from the root to it; its tokens
-split at the mask into the end of the prompt (template scaffold) and the action.
-
-verifiers 0.3 (`results.jsonl` + `metadata.json`). Followed: verifiers 0.3.1,
-`verifiers/legacy/utils/save_utils.py` (`state_to_output`, `save_outputs`, `save_metadata`) and
-`verifiers/legacy/types.py` (`RolloutOutput`, `GenerateMetadata`). One line is one rollout:
-`example_id`, `prompt` and `completion` (chat messages, or strings for completion
-environments), `answer`, `info`, `reward`, `metrics` (one score per rubric function, also
-repeated as top-level keys), `is_completed`, `is_truncated`, `stop_condition`, `error`,
-`timing`, `tool_defs`, `token_usage`, and the run's `state_columns`. A chat rollout becomes one
-step per assistant turn of its completion; the context of a turn is the prompt and the
-completion before it.
-
-In both, the rollouts of one example (task) in one file form an episode group.
-"""
+"""`--from verifiers`: what `vf-eval` saves: `traces.jsonl` (verifiers 0.4: episodes whose
+traces store their chat as a message graph; each sampled node is a step, its context the path
+to it) and `results.jsonl` + `metadata.json` (verifiers 0.1-0.3: one rollout per line, a step
+per assistant turn). In both, the rollouts of one example in one file form an episode group.
+The fields and the versions followed: docs/formats/verifiers.md."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.integrations.imports.base import (
+    CHAT,
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
+    after_last_turn,
+    broken,
+    declared,
     is_scalar,
     iter_jsonl,
     keep_columns,
     located,
+    message_fields,
     number,
     read_json,
     split_chat,
@@ -79,7 +68,9 @@ INFO = FormatInfo(
         " 0.3 info, timing, error, tool_defs, token_usage",
     },
     derived={
-        "group_id": "file + task (0.4: episode group id, else task key/hash, and agent name; 0.3: example_id)",
+        "final_observation": "0.1-0.3: the messages after the last assistant turn, one `role: content` line each",
+        "group_id": "file + task (0.4: episode group id, else task key/hash, and agent name; 0.1.6-0.3: example_id;"
+        " 0.1.0-0.1.5: a hash of prompt, answer and info)",
         "traj_id": "file:line (0.4: file:line:trace index)",
         "step_idx": "the sampled nodes (0.4) / assistant turns (0.3) of a trajectory, in order",
         "reward": "the episode reward on the last step, 0.0 on the others",
@@ -109,6 +100,19 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             yield from located(_rollout_rows(path, f"line {line}", line, record, run_columns), path, f"line {line}")
 
 
+class _Rollout(msgspec.Struct):
+    """A results.jsonl line (`state_to_output`): what the rows are built from."""
+
+    reward: float
+    example_id: int | str | None = None
+    id: int | str | None = None  # verifiers 0.1.0-0.1.5: i // rollouts_per_example, not the example
+    metrics: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.example_id is None and self.id is None:
+            raise broken("example_id", "missing (nor verifiers 0.1's `id`)")
+
+
 def _run_columns(path: Path) -> dict[str, Any]:
     metadata_path = path.parent / INFO.companions[0]
     if not metadata_path.is_file():
@@ -116,31 +120,21 @@ def _run_columns(path: Path) -> dict[str, Any]:
     metadata = read_json(metadata_path)
     if not isinstance(metadata, Mapping):
         raise SourceError(metadata_path, None, None, f"expected a JSON object, got {type(metadata).__name__}")
+    if "env_id" not in metadata and "env" in metadata:  # the name verifiers 0.1.0-0.1.5 wrote
+        metadata = {**metadata, "env_id": metadata["env"]}
     return {key: metadata[key] for key in _METADATA_COLUMNS if isinstance(metadata.get(key), str)}
 
 
 def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: dict[str, Any]) -> Iterator[dict]:
-    if not isinstance(record, Mapping):
-        raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
-    if "example_id" not in record or record["example_id"] is None:
-        raise SourceError(path, where, "example_id", "missing")
-    example_id = record["example_id"]
-    if isinstance(example_id, bool) or not isinstance(example_id, (int, str)):
-        raise SourceError(path, where, "example_id", f"must be an integer or a string, got {json.dumps(example_id)}")
-    if "reward" not in record:
-        raise SourceError(path, where, "reward", "missing")
-    reward = number(record["reward"], path, where, "reward")
-    metrics = record.get("metrics") or {}
-    if not isinstance(metrics, Mapping):
-        raise SourceError(path, where, "metrics", "must be an object of rubric function scores")
-
-    common: dict[str, Any] = {
-        "group_id": f"{path}:{example_id}",
-        "traj_id": f"{path}:{line}",
-        "episode_reward": reward,
-        "example_id": example_id,
-        **run_columns,
-    }
+    rollout = declared(_Rollout, record, path, where)
+    reward, metrics = rollout.reward, rollout.metrics or {}
+    common: dict[str, Any] = {"traj_id": f"{path}:{line}", "episode_reward": reward, **run_columns}
+    if rollout.example_id is not None:
+        common.update(group_id=f"{path}:{rollout.example_id}", example_id=rollout.example_id)
+    else:  # 0.1.0-0.1.5 number the rollouts i // r in rollout-major order: the inputs name the example
+        inputs = [record.get(k) for k in ("prompt", "answer", "info")]
+        task = json.dumps(inputs, sort_keys=True, default=str).encode("utf-8")
+        common["group_id"] = f"{path}:{hashlib.blake2b(task, digest_size=8).hexdigest()}"
     for name, value in metrics.items():
         common[f"metric_{name}"] = None if value is None else number(value, path, where, f"metrics.{name}")
     # the other fields (not mapped, nor a metric repeated at the top level); one named like a
@@ -156,6 +150,12 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     done = completed if isinstance(completed, bool) else True
 
     steps = list(_steps(path, where, record.get("prompt"), record.get("completion")))
+    if isinstance(record.get("prompt"), list):
+        chat = [*record["prompt"], *(record.get("completion") or [])]
+        if fields := message_fields(chat):
+            extra = {**extra, "message_fields": fields}
+        if steps[-1]["action"] or len(steps) > 1:  # (a rollout without a turn keeps its chat as context)
+            steps[-1]["final_observation"] = after_last_turn(chat)
     for i, step in enumerate(steps):
         last = i == len(steps) - 1
         row = {**common, **step, "step_idx": i, "reward": reward if last else 0.0, "done": done and last}
@@ -189,7 +189,7 @@ def _steps(path: Path, where: str, prompt: Any, completion: Any) -> Iterator[dic
         if value is not None and (
             not isinstance(value, list) or not all(isinstance(m, Mapping) and "role" in m for m in value)
         ):
-            raise SourceError(path, where, field, "must be a list of chat messages with a role")
+            raise SourceError(path, where, field, f"must be {CHAT}")
     completion = [_decoded_tool_calls(m) for m in completion or []]
     prior_turns = sum(1 for m in prompt if m.get("role") == "assistant")  # few-shot turns are context
     turns = list(split_chat([*prompt, *completion]))[prior_turns:]
@@ -226,24 +226,57 @@ def _spread(
             extra[f"{prefix}{key}"] = value
 
 
-def _object(value: Any, path: Path, where: str, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise SourceError(path, where, field, f"must be an object, got {json.dumps(value, default=str)[:40]}")
-    return value
+class _Reward(msgspec.Struct):
+    score: float
+    weight: float = 1.0
 
 
-def _list(value: Any, path: Path, where: str, field: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise SourceError(path, where, field, f"must be a list, got {json.dumps(value, default=str)[:40]}")
-    return value
+class _Message(msgspec.Struct):
+    role: str
+
+
+class _Node(msgspec.Struct):
+    """A MessageNode (verifiers/v1/graph.py)."""
+
+    message: _Message
+    parent: int | None = None
+    token_ids: list[int] = []
+    mask: list[bool] = []
+    logprobs: list[float] = []
+    sampled: bool | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.mask) != len(self.token_ids):
+            raise broken("mask", "must be as long as token_ids")
+        if self.sampled and self.message.role != "assistant":
+            raise broken("message", f"a sampled node must be an assistant message, got {self.message.role!r}")
+
+
+class _Trace(msgspec.Struct):
+    nodes: list[_Node] = []
+    rewards: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
+    agent: dict[str, Any] = {}
+    calls: list[dict[str, Any]] = []
+    verifiers: dict[str, Any] = {}
+
+
+class _Episode(msgspec.Struct):
+    """An Episode line of traces.jsonl (verifiers/v1/episode.py): what the rows are built from."""
+
+    task: dict[str, Any]
+    traces: list[_Trace]
+    env: dict[str, Any] | None = None
+    run: dict[str, Any] | None = None
+    group: dict[str, Any] | None = None
 
 
 def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator[dict]:
     """The rows of one `Episode` line: one trajectory per trace."""
     where = f"line {line}"
-    task = _object(episode.get("task"), path, where, "task")
-    data = _object(task.get("data", {}), path, where, "task.data")
-    traces = _list(episode["traces"], path, where, "traces")
+    declared(_Episode, episode, path, where)
+    task, traces = episode["task"], episode["traces"]
+    data = declared(dict[str, Any], task.get("data", {}), path, where, "task.data")
 
     columns: dict[str, Any] = {}
     extra: dict[str, Any] = {}  # the episode's nested fields, on the last row of its last trace
@@ -255,7 +288,7 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
         extra["task_data"] = {k: data[k] for k in clashes}
     for key, prefix in (("env", "env_"), ("run", "run_"), ("group", "episode_group_")):
         if episode.get(key) is not None:
-            _spread(_object(episode[key], path, where, key), prefix, columns, extra, frozenset())
+            _spread(episode[key], prefix, columns, extra, frozenset())
     skip = frozenset({"task", "traces", "env", "run", "group"})
     _spread({k: v for k, v in episode.items() if k not in skip}, "episode_", columns, extra, frozenset())
     group = columns.get("episode_group_id") or task.get("key") or task.get("hash")
@@ -267,7 +300,6 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
         row.update(messages=[], action="", reward=0.0, done=False)
         yield {**row, "extra": extra} if extra else row
     for t, trace in enumerate(traces):
-        trace = _object(trace, path, where, f"traces[{t}]")
         last_extra = extra if t == len(traces) - 1 else {}
         yield from _trace_rows(
             path, where, f"traces[{t}]", f"{path}:{line}:{t}", str(group), trace, task, columns, last_extra
@@ -276,49 +308,26 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
 
 def _rewards(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
     """Trace.reward (the sum of score x weight over the rewards that ran) and the columns."""
-    rewards = _object(trace.get("rewards", {}), path, where, f"{field}.rewards")
     total = 0.0
     columns: dict[str, Any] = {}
-    for name, reward in rewards.items():
+    for name, value in trace.get("rewards", {}).items():
+        reward = declared(_Reward | None, value, path, where, f"{field}.rewards.{name}")
         if reward is None:  # scoring did not run
             columns[f"reward_{name}"] = columns[f"reward_weight_{name}"] = None
             continue
-        reward = _object(reward, path, where, f"{field}.rewards.{name}")
-        if "score" not in reward:
-            raise SourceError(path, where, f"{field}.rewards.{name}.score", "missing")
-        score = number(reward["score"], path, where, f"{field}.rewards.{name}.score")
-        weight = number(reward.get("weight", 1.0), path, where, f"{field}.rewards.{name}.weight")
-        columns[f"reward_{name}"], columns[f"reward_weight_{name}"] = score, weight
-        total += score * weight
-    metrics = _object(trace.get("metrics", {}), path, where, f"{field}.metrics")
-    for name, value in metrics.items():
+        columns[f"reward_{name}"], columns[f"reward_weight_{name}"] = reward.score, reward.weight
+        total += reward.score * reward.weight
+    for name, value in trace.get("metrics", {}).items():
         columns[f"metric_{name}"] = None if value is None else number(value, path, where, f"{field}.metrics.{name}")
     return total, columns
 
 
 def _checked_nodes(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    nodes = _list(trace.get("nodes", []), path, where, f"{field}.nodes")
+    nodes = trace.get("nodes", [])
     for i, node in enumerate(nodes):
-        at = f"{field}.nodes[{i}]"
-        node = _object(node, path, where, at)
-        message = node.get("message")
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise SourceError(path, where, f"{at}.message", "must be a chat message with a role")
-        parent = node.get("parent")
-        if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < i):
-            raise SourceError(path, where, f"{at}.parent", f"must be the index of an earlier node, got {parent!r}")
-        for key in ("token_ids", "mask", "logprobs"):
-            values = node.get(key, [])
-            kinds: tuple[type, ...] = {"token_ids": (int,), "mask": (bool,), "logprobs": (int, float)}[key]
-            if not isinstance(values, list) or not all(
-                isinstance(v, kinds) and (key == "mask" or not isinstance(v, bool)) for v in values
-            ):
-                raise SourceError(path, where, f"{at}.{key}", f"must be a list of {kinds[-1].__name__}s")
-        if len(node.get("mask", [])) != len(node.get("token_ids", [])):
-            raise SourceError(path, where, f"{at}.mask", "must be as long as token_ids")
-        if node.get("sampled") is True and message["role"] != "assistant":
+        if (parent := node.get("parent")) is not None and not 0 <= parent < i:
             raise SourceError(
-                path, where, f"{at}.message", f"a sampled node must be an assistant message, got {message['role']!r}"
+                path, where, f"{field}.nodes[{i}].parent", f"must be the index of an earlier node, got {parent!r}"
             )
     return nodes
 
@@ -337,24 +346,14 @@ def _trace_rows(
     """One row per sampled node of one trace; the context of a row is its node's graph path."""
     nodes = _checked_nodes(path, where, field, trace)
     reward, reward_columns = _rewards(path, where, field, trace)
-    agent = _object(trace.get("agent", {}), path, where, f"{field}.agent")
-    calls = [
-        _object(c, path, where, f"{field}.calls[{i}]")
-        for i, c in enumerate(_list(trace.get("calls", []), path, where, f"{field}.calls"))
-    ]
+    agent, calls = trace.get("agent", {}), trace.get("calls", [])
 
     common: dict[str, Any] = {**episode_columns, "episode_reward": reward, **reward_columns}
     trace_extra: dict[str, Any] = {}
     skip = frozenset({"nodes", "calls", "rewards", "metrics", "agent", "verifiers", "task", "id", "version"})
     _spread({k: v for k, v in trace.items() if k not in skip}, "", common, trace_extra, frozenset())
     common["trace_id"], common["trace_version"] = trace.get("id"), trace.get("version")
-    _spread(
-        _object(trace.get("verifiers", {}), path, where, f"{field}.verifiers"),
-        "verifiers_",
-        common,
-        trace_extra,
-        frozenset(),
-    )
+    _spread(trace.get("verifiers", {}), "verifiers_", common, trace_extra, frozenset())
     _spread(agent, "agent_", common, trace_extra, frozenset())
     if trace.get("task", task) != task:
         trace_extra["trace_task"] = trace["task"]

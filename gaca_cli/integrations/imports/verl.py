@@ -1,63 +1,31 @@
-"""`--from verl`: verl's rollout dumps (`trainer.rollout_data_dir`, `trainer.validation_data_dir`)
-and its agent loop's per-trajectory outputs.
-
-Followed: verl 0.9.1.
-
-**Rollout dumps.** `RayPPOTrainer._log_rollout_data` (verl/trainer/ppo/ray_trainer.py) decodes the
-training batch and `_write_generations` writes `<rollout_data_dir>/<global_step>.jsonl`, one JSON
-object per sample:
-
-    {"input": ..., "output": ..., "gts": ..., "score": ..., "step": ..., <reward extra info>...}
-
-- `input`, `output`: the prompt and the response, decoded with `skip_special_tokens=True`;
-- `gts`: `reward_model.ground_truth` of the sample (any JSON value, or null);
-- `score`: the sum of the sample's `token_level_scores` (its reward);
-- `step`: the trainer's global step;
-- then every reward-extra-info list of the batch's length (`acc`, `pred`..., and the agent
-  loop's `request_id`).
-
-`validation_data_dir` files are written by the same function (`_validate`; their extra info holds
-`reward`, a copy of the scores). The rows of a step are in the batch's order after
-`_balance_batch`, which reorders them, and verl writes no group id: a group is the samples of one
-`input` in one file (one file is one step). The TransferQueue trainer
-(verl/trainer/ppo/v1/trainer_base.py, `PPOTrainer._log_rollout_data`) adds `uid`, its sample key
-`{uid}_{session}_{index}`: `uid` the prompt (the group), `session` one of its `rollout.n` samples
-(the trajectory), `index` the output of a multi-output agent loop (the step), rows sorted by it.
-Each output of a session carries the session's final score (`_agent_loop_postprocess` copies
-it), so the score is the reward of the session's last output and the others get 0.
-
-**Agent-loop trajectories.** verl keeps its agent loop's `AgentLoopOutput`
-(verl/experimental/agent_loop/agent_loop.py) in memory only; docs/formats/verl.md shows the few
-lines that write each one as a JSON line: `output.model_dump(mode="json")` plus the sample's `uid`
-(and `step`). One record holds `prompt_ids`, `response_ids`, `response_mask` (1 for the tokens
-the model generated, 0 for tool responses), `response_logprobs`, `reward_score` and
-`extra_fields` (`turn_scores`, `tool_rewards` from the tool agent loop). Each run of 1s in
-`response_mask` is one step: its tokens are the action, everything before them the context.
-The outcome `reward_score` is the last step's reward; `turn_scores` and `tool_rewards` add to
-the reward of the turn they follow when there is one value per turn, or one per turn but the
-last (the turn that ended the episode); otherwise they stay in `extra`.
-"""
+"""`--from verl`: verl's rollout dumps (`trainer.rollout_data_dir`: one sample per line, the
+TransferQueue trainer's `{uid}_{session}_{index}` keys as multi-step sessions) and agent-loop
+trajectories (`AgentLoopOutput` lines: each run of 1s in `response_mask` is a step). The
+fields and the versions followed: docs/formats/verl.md."""
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gaca_cli.integrations.imports.base import (
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
+    broken,
+    declared,
+    file_labels,
     is_scalar,
     iter_jsonl,
     keep_columns,
     locate,
     located,
-    number,
+    show,
     split_fields,
 )
 from gaca_cli.log import columns as C
@@ -117,42 +85,37 @@ INFO = FormatInfo(
 )
 
 
-def _labels(files: Sequence[Path]) -> dict[Path, str]:
-    """Each file's path relative to the folder all the files share, without `.jsonl`: short ids
-    that stay unique when several dump folders (rollout, validation, runs) are imported together."""
-    if not files:
-        return {}
-    resolved = [f.resolve() for f in files]
-    common = Path(os.path.commonpath([r.parent for r in resolved]))
-    return {f: r.relative_to(common).with_suffix("").as_posix() for f, r in zip(files, resolved, strict=True)}
+class _Dump(msgspec.Struct):
+    """A rollout dump record (`_write_generations`): the fields the row is built from."""
+
+    input: str
+    output: str
+    score: float
+    step: int
 
 
-def _show(value: Any) -> str:
-    return json.dumps(value, default=str)[:40]
+class _AgentLoop(msgspec.Struct):
+    """An agent-loop record (`AgentLoopOutput.model_dump` + uid, step)."""
 
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    uid: str | int | None = None
+    response_logprobs: list[float] | None = None
+    reward_score: float | None = None
+    score: float | None = None
+    step: int | None = None
+    extra_fields: dict[str, Any] | None = None
 
-def _number(record: Mapping[str, Any], key: str, path: Path, where: str) -> float:
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        problem = "missing" if key not in record else f"must be a number, got {_show(value)}"
-        raise SourceError(path, where, key, problem)
-    return number(value, path, where, key)
-
-
-def _integer(record: Mapping[str, Any], key: str, path: Path, where: str) -> int:
-    value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        problem = "missing" if key not in record else f"must be an integer, got {_show(value)}"
-        raise SourceError(path, where, key, problem)
-    return value
-
-
-def _text(record: Mapping[str, Any], key: str, path: Path, where: str) -> str:
-    value = record.get(key)
-    if not isinstance(value, str):
-        problem = "missing" if key not in record else f"must be a string, got {_show(value)}"
-        raise SourceError(path, where, key, problem)
-    return value
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if self.uid is None:
+            raise broken(UID, "missing: add the sample's uid when writing the record")
+        for name, values in ((RESPONSE_MASK, self.response_mask), (RESPONSE_LOGPROBS, self.response_logprobs)):
+            if values is not None and len(values) != n:
+                raise broken(name, f"has {len(values)} values for {n} response_ids")
+        if self.reward_score is None and self.score is None:
+            raise broken(REWARD_SCORE, "is null and the record has no 'score': add the trajectory's reward as 'score'")
 
 
 def _kept(
@@ -183,31 +146,25 @@ def _session(uid: Any) -> tuple[str, str, int] | None:
 
 def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, line: int) -> dict[str, Any]:
     """One dump record as a one-step row (the v1 session fields are set by the caller)."""
-    prompt_text = _text(record, INPUT, path, where)
-    output = _text(record, OUTPUT, path, where)
-    score = _number(record, SCORE, path, where)
-    step = _integer(record, STEP, path, where)
+    dump = declared(_Dump, record, path, where)
     own, nested = _kept(record, frozenset({INPUT, OUTPUT, SCORE, STEP, GTS, UID}), path, where)
-    gts = record.get(GTS)
-    if is_scalar(gts):
-        own[GTS] = gts
-    else:
-        nested[GTS] = gts
-    digest = hashlib.sha1(prompt_text.encode("utf-8")).hexdigest()[:12]
+    if record.get(GTS) is not None:  # verl < 0.6 writes none, later verl null without a ground truth
+        (own if is_scalar(record[GTS]) else nested)[GTS] = record[GTS]
+    digest = hashlib.sha1(dump.input.encode("utf-8")).hexdigest()[:12]
     row: dict[str, Any] = {
         C.GROUP_ID: f"{label}/{digest}",
         C.TRAJ_ID: f"{label}/line{line}",
         C.STEP_IDX: 0,
-        C.REWARD: score,
-        C.EPISODE_REWARD: score,
+        C.REWARD: dump.score,
+        C.EPISODE_REWARD: dump.score,
         C.DONE: True,
-        C.ACTION: output,
-        INPUT: prompt_text,
-        STEP: step,
+        C.ACTION: dump.output,
+        INPUT: dump.input,
+        STEP: dump.step,
         **own,
     }
     if UID in record:
-        row[UID] = record[UID] if isinstance(record[UID], (str, int)) else _show(record[UID])
+        row[UID] = record[UID] if isinstance(record[UID], (str, int)) else show(record[UID])
     if nested:
         row["extra"] = nested
     return row
@@ -268,20 +225,6 @@ def _chain(first: tuple[int, Any], rest: Iterator[tuple[int, Any]]) -> Iterator[
 # --- agent-loop trajectories ---------------------------------------------------------------
 
 
-def _int_list(record: Mapping[str, Any], key: str, path: Path, where: str) -> list[int]:
-    value = record.get(key)
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        problem = "missing" if key not in record else f"must be a list of integers, got {_show(value)}"
-        raise SourceError(path, where, key, problem)
-    return value
-
-
-def _float_list(value: Any, path: Path, where: str, key: str) -> list[float]:
-    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-        raise SourceError(path, where, key, f"must be a list of numbers, got {_show(value)}")
-    return [number(v, path, where, key) for v in value]
-
-
 def _runs(mask: Sequence[int], path: Path, where: str) -> list[tuple[int, int]]:
     """The [start, end) spans of the runs of 1s in a response mask."""
     runs: list[tuple[int, int]] = []
@@ -314,48 +257,16 @@ def _per_turn(values: list[float] | None, n_steps: int) -> list[float] | None:
 
 
 def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: str, line: int) -> Iterator[dict]:
-    uid = record.get(UID)
-    if isinstance(uid, bool) or not isinstance(uid, (str, int)):
-        problem = (
-            "missing: add the sample's uid when writing the record"
-            if uid is None
-            else f"must be a string, got {_show(uid)}"
-        )
-        raise SourceError(path, where, UID, problem)
-    prompt_ids = _int_list(record, PROMPT_IDS, path, where)
-    response_ids = _int_list(record, RESPONSE_IDS, path, where)
-    mask = _int_list(record, RESPONSE_MASK, path, where)
-    if len(mask) != len(response_ids):
-        raise SourceError(path, where, RESPONSE_MASK, f"has {len(mask)} values for {len(response_ids)} response_ids")
-    logprobs = record.get(RESPONSE_LOGPROBS)
-    if logprobs is not None:
-        logprobs = _float_list(logprobs, path, where, RESPONSE_LOGPROBS)
-        if len(logprobs) != len(response_ids):
-            raise SourceError(
-                path, where, RESPONSE_LOGPROBS, f"has {len(logprobs)} values for {len(response_ids)} response_ids"
-            )
-    if record.get(REWARD_SCORE) is not None:
-        outcome = _number(record, REWARD_SCORE, path, where)
-    elif record.get(SCORE) is not None:
-        outcome = _number(record, SCORE, path, where)
-    else:
-        raise SourceError(
-            path, where, REWARD_SCORE, "is null and the record has no 'score': add the trajectory's reward as 'score'"
-        )
-    step = record.get(STEP)
-    if step is not None:
-        step = _integer(record, STEP, path, where)
-    fields = record.get(EXTRA_FIELDS) or {}
-    if not isinstance(fields, Mapping):
-        raise SourceError(path, where, EXTRA_FIELDS, f"must be an object, got {_show(fields)}")
-    runs = _runs(mask, path, where)
+    loop = declared(_AgentLoop, record, path, where)
+    fields = loop.extra_fields or {}
+    runs = _runs(loop.response_mask, path, where)
     per_step: dict[str, list[float]] = {}
     extra_fields = dict(fields)
     for key, column in ((TURN_SCORES, TURN_SCORE), (TOOL_REWARDS, TOOL_REWARD)):
         values = fields.get(key)
         if values is None:
             continue
-        aligned = _per_turn(_float_list(values, path, where, f"{EXTRA_FIELDS}.{key}"), len(runs))
+        aligned = _per_turn(declared(list[float], values, path, where, f"{EXTRA_FIELDS}.{key}"), len(runs))
         if aligned is not None:
             per_step[column] = aligned
             del extra_fields[key]
@@ -367,11 +278,12 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
     own, nested = _kept(record, consumed, path, where, drop_null=True)  # AgentLoopOutput's unset fields
     if extra_fields:
         nested[EXTRA_FIELDS] = extra_fields
-    last = len(runs) - 1
+    last, outcome = len(runs) - 1, float(loop.reward_score if loop.reward_score is not None else loop.score or 0.0)
+    prompt_ids, response_ids = loop.prompt_ids, loop.response_ids
     for k, (start, end) in enumerate(runs):
         reward = sum(values[k] for values in per_step.values()) + (outcome if k == last else 0.0)
         row: dict[str, Any] = {
-            C.GROUP_ID: str(uid),
+            C.GROUP_ID: str(loop.uid),
             C.TRAJ_ID: f"{label}/line{line}",
             C.STEP_IDX: k,
             C.REWARD: reward,
@@ -382,10 +294,10 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
             **{column: values[k] for column, values in per_step.items()},
             **own,
         }
-        if logprobs is not None:
-            row[C.BEHAVIOR_LOGPROBS] = logprobs[start:end]
-        if step is not None:
-            row[STEP] = step
+        if loop.response_logprobs is not None:
+            row[C.BEHAVIOR_LOGPROBS] = loop.response_logprobs[start:end]
+        if loop.step is not None:
+            row[STEP] = loop.step
         if nested and k == last:
             row["extra"] = nested
         yield row
@@ -409,7 +321,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     """One row per step, file by file, line by line. A file's first record says which kind the
     file is: an agent-loop trajectory when it has `response_mask`, a rollout dump otherwise. One
     import takes files of one kind (dump rows have text, agent-loop rows token ids)."""
-    labels = _labels(files)
+    labels = file_labels(files)
     kinds: dict[str, Path] = {}
     for path in files:
         lines = iter_jsonl(path)

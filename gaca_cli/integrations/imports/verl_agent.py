@@ -1,37 +1,28 @@
 """`--from verl-agent`: the files `gaca_cli.integrations.verl_agent.export_rollout` writes from
-verl-agent's rollout loop (Parquet or JSONL, one file per call).
-
-verl-agent's own outputs lack what gaca needs: its training batch has `uid`, `traj_uid`,
-`anchor_obs` and per-step `rewards`, but no step counter, and it is padded, reordered and
-balanced before anything could be written; it writes no rollout file. The exporter writes each
-step as a gaca row before that (see its module and docs/formats/verl-agent.md), so this reader
-only checks each row's fields and types and passes every column through.
-
-Followed: verl-agent, agent_system/multi_turn_rollout/rollout_loop.py
-(`TrajectoryCollector.vanilla_multi_turn_loop`, `gather_rollout_data`, `multi_turn_loop`).
-"""
+verl-agent's rollout loop (Parquet or JSONL): gaca rows already, so each row's fields and types
+are checked and every column passed through. See docs/formats/verl-agent.md."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gaca_cli.integrations.imports.base import (
     FormatInfo,
     ImportOptions,
     SourceError,
+    broken,
+    declared,
     iter_jsonl,
     iter_parquet_rows,
     locate,
-    number,
+    show,
 )
 from gaca_cli.log import columns as C
-
-TEXTS = (C.GROUP_ID, C.TRAJ_ID)  # required strings
-OPTIONAL_TEXTS = (C.ANCHOR_OBS, C.PROMPT, C.ACTION)
-INT_LISTS = (C.PROMPT_TOKEN_IDS, C.ACTION_TOKEN_IDS)
 
 INFO = FormatInfo(
     name="verl-agent",
@@ -61,57 +52,48 @@ INFO = FormatInfo(
 )
 
 
-def _show(value: Any) -> str:
-    return json.dumps(value, default=str)[:40]
+class _Row(msgspec.Struct):
+    """A row of export_rollout: the fields gaca reads (the others pass through unchecked)."""
+
+    group_id: str | None = None
+    traj_id: str | None = None
+    step_idx: int | None = None
+    reward: float | None = None
+    episode_reward: float | None = None
+    done: bool | None = None
+    anchor_obs: str | None = None
+    prompt: str | None = None
+    action: str | None = None
+    prompt_token_ids: list[Any] | None = None
+    action_token_ids: list[Any] | None = None
+    behavior_logprobs: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        for key in (C.GROUP_ID, C.TRAJ_ID):
+            if getattr(self, key) is None:
+                raise broken(key, "missing: not a file of export_rollout")
+        for key in (C.STEP_IDX, C.REWARD, C.EPISODE_REWARD):
+            if getattr(self, key) is None:
+                raise broken(key, "missing")
+        if self.step_idx is not None and self.step_idx < 0:
+            raise broken(C.STEP_IDX, f"must be an integer >= 0, got {self.step_idx}")
+        for key in (C.PROMPT_TOKEN_IDS, C.ACTION_TOKEN_IDS):
+            values = getattr(self, key)
+            if values is not None and not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                raise broken(key, f"must be a list of integers, got {show(values)}")
+        logprobs, actions = self.behavior_logprobs, self.action_token_ids
+        if logprobs is not None and actions is not None and len(actions) != len(logprobs):
+            raise broken(C.BEHAVIOR_LOGPROBS, f"has {len(logprobs)} values for {len(actions)} action tokens")
 
 
 def _check(record: Any, path: Path, where: str) -> dict[str, Any]:
     """The record as a row, after checking the fields gaca reads."""
-    if not isinstance(record, Mapping):
-        raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+    checked = declared(_Row, record, path, where)
     row = dict(record)
-    for key in TEXTS:
-        if key not in row or row[key] is None:
-            raise SourceError(path, where, key, "missing: not a file of export_rollout")
-        if not isinstance(row[key], str):
-            raise SourceError(path, where, key, f"must be a string, got {_show(row[key])}")
-    step = row.get(C.STEP_IDX)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        problem = "missing" if step is None else f"must be an integer >= 0, got {_show(step)}"
-        raise SourceError(path, where, C.STEP_IDX, problem)
-    for key in (C.REWARD, C.EPISODE_REWARD):
-        value = row.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            problem = "missing" if value is None else f"must be a number, got {_show(value)}"
-            raise SourceError(path, where, key, problem)
-        row[key] = number(value, path, where, key)
-    done = row.get(C.DONE)
-    if done is not None and not isinstance(done, bool):
-        raise SourceError(path, where, C.DONE, f"must be true or false, got {_show(done)}")
-    for key in OPTIONAL_TEXTS:
-        if key in row and row[key] is not None and not isinstance(row[key], str):
-            raise SourceError(path, where, key, f"must be a string, got {_show(row[key])}")
-    for key in INT_LISTS:
-        value = row.get(key)
-        if value is not None and (
-            not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        ):
-            raise SourceError(path, where, key, f"must be a list of integers, got {_show(value)}")
-    logprobs = row.get(C.BEHAVIOR_LOGPROBS)
-    if logprobs is not None:
-        if not isinstance(logprobs, list) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in logprobs
-        ):
-            raise SourceError(path, where, C.BEHAVIOR_LOGPROBS, f"must be a list of numbers, got {_show(logprobs)}")
-        actions = row.get(C.ACTION_TOKEN_IDS)
-        if actions is not None and len(actions) != len(logprobs):
-            raise SourceError(
-                path, where, C.BEHAVIOR_LOGPROBS, f"has {len(logprobs)} values for {len(actions)} action tokens"
-            )
-    extra = row.get("extra")
-    if isinstance(extra, str):
+    row[C.REWARD], row[C.EPISODE_REWARD] = checked.reward, checked.episode_reward
+    if isinstance(row.get("extra"), str):
         try:
-            row["extra"] = json.loads(extra)
+            row["extra"] = json.loads(row["extra"])
         except (ValueError, RecursionError):  # not JSON, or too large or deeply nested to read
             raise SourceError(path, where, "extra", "must be JSON text") from None
     return row

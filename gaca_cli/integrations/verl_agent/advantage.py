@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gaca_cli.credit import config as cfg
 from gaca_cli.errors import GacaError
 
 __all__ = ["compute_gaca_outcome_advantage"]
@@ -42,7 +43,7 @@ __all__ = ["compute_gaca_outcome_advantage"]
 SOURCE = "verl-agent batch"  # what errors name as the file
 
 # verl-agent's `mode` -> gaca's --norm (mean_norm: remove_std = True)
-NORM_OF_MODE = {"mean_norm": "mean", "mean_std_norm": "std"}
+NORM_OF_MODE: dict[str, cfg.Norm] = {"mean_norm": "mean", "mean_std_norm": "std"}
 
 
 def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, then GACA's)
@@ -60,14 +61,14 @@ def compute_gaca_outcome_advantage(  # noqa: PLR0913 (verl-agent's arguments, th
     *,
     old_log_prob: torch.Tensor,
     beta: float = 0.1,
-    nll_scope: str = "trajectory",
-    nll_reduce: str = "mean",
+    nll_scope: cfg.NllScope = "trajectory",
+    nll_reduce: cfg.NllReduce = "mean",
     lambda_min: float = 0.0,
     lambda_max: float = 1.0,
-    episode_stats: str = "steps",
-    singleton_groups: str = "raw",
-    similarity_metric: str = "difflib",
-    similarity_order: str = "rows",
+    episode_stats: cfg.EpisodeStats = "steps",
+    singleton_groups: cfg.SingletonGroups = "raw",
+    similarity_metric: cfg.SimilarityMetric = "difflib",
+    similarity_order: cfg.SimilarityOrder = "rows",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GACA's advantage of every row of a verl-agent batch, on the response tokens.
 

@@ -81,7 +81,7 @@ def _numpy(value: Any) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
+def _python_value(value: Any) -> Any:
     """A numpy or torch scalar (or 0-d array) as the Python value; arrays as nested lists."""
     value = _numpy(value)
     if hasattr(value, "tolist"):
@@ -105,7 +105,7 @@ def _required(step: Mapping[str, Any], key: str, where: str) -> Any:
 
 
 def _anchor(value: Any) -> str | None:
-    value = _plain(value)
+    value = _python_value(value)
     if value is None or isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True, default=str)
@@ -126,12 +126,12 @@ def _step_row(
     response_keep = [bool(m) for m in mask[len(prompts) :]]
     prompt_ids = [int(t) for t, keep in zip(prompts, prompt_keep, strict=True) if keep]
     action_ids = [int(t) for t, keep in zip(responses, response_keep, strict=True) if keep]
-    reward = _plain(_required(step, REWARDS, where))
+    reward = _python_value(_required(step, REWARDS, where))
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         raise ValueError(f"{where}: '{REWARDS}' must be a number, got {reward!r}")
     row: dict[str, Any] = {
-        "group_id": str(_plain(_required(step, UID, where))),
-        "traj_id": str(_plain(_required(step, TRAJ_UID, where))),
+        "group_id": str(_python_value(_required(step, UID, where))),
+        "traj_id": str(_python_value(_required(step, TRAJ_UID, where))),
         "step_idx": step_idx,
         "reward": float(reward),
         "episode_reward": episode_reward,
@@ -157,11 +157,11 @@ def _step_row(
         if key in READ or key in LEFT_OUT:
             continue
         name = f"source_{key}" if key in COLUMNS else key
-        plain = _plain(value)
-        if plain is None or isinstance(plain, (str, int, float, bool)):
-            row[name] = plain
+        python_value = _python_value(value)
+        if python_value is None or isinstance(python_value, (str, int, float, bool)):
+            row[name] = python_value
         else:
-            extra[name] = plain
+            extra[name] = python_value
     if extra:
         row["extra"] = json.dumps(extra, sort_keys=True, default=str, ensure_ascii=False)
     return row
@@ -170,13 +170,13 @@ def _step_row(
 def _rows(
     total_batch_list: Sequence[Sequence[Mapping[str, Any]]], episode_rewards: Any, tokenizer: Any, max_steps: int | None
 ) -> list[dict]:
-    returns = _plain(episode_rewards)
+    returns = _python_value(episode_rewards)
     if not isinstance(returns, list) or len(returns) != len(total_batch_list):
         n = len(returns) if isinstance(returns, list) else "not a list of"
         raise ValueError(f"episode_rewards has {n} values for {len(total_batch_list)} environments")
     rows = []
     for env, steps in enumerate(total_batch_list):
-        active = [bool(_plain(step.get(ACTIVE_MASKS, True))) for step in steps]
+        active = [bool(_python_value(step.get(ACTIVE_MASKS, True))) for step in steps]
         n_active = sum(active)
         if active[:n_active] != [True] * n_active:
             raise ValueError(f"environment {env}: an active step follows an inactive one (active_masks)")
@@ -209,6 +209,18 @@ def _write(rows: list[dict], path: Path, file_format: str, metadata: Mapping[str
             tmp.unlink()
 
 
+def _export_dir(out_dir: str | os.PathLike) -> Path:
+    """The export folder, made if missing; an OSError with one line when it cannot be written."""
+    directory = Path(out_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError("not writable")
+    except OSError as err:
+        raise OSError(f"gaca export: cannot write to {str(directory)!r} ({err.strerror or err})") from None
+    return directory
+
+
 def export_rollout(
     out_dir: str | os.PathLike,
     total_batch_list: Sequence[Sequence[Mapping[str, Any]]],
@@ -231,15 +243,15 @@ def export_rollout(
     The file `<out_dir>/rollout-<global_step>-<random>.<parquet|jsonl>` (a time stamp instead of
     the step when none is given) is written to a temporary name and renamed when complete, so a
     reader never sees half a file. Import it with `gaca import --from verl-agent OUT_DIR`.
+    A folder that cannot be made or written raises OSError before anything else is done.
     """
     if file_format not in FORMATS:
         raise ValueError(f"file_format must be one of {', '.join(FORMATS)}, got {file_format!r}")
+    directory = _export_dir(out_dir)  # before any work: a misconfigured export fails at the first rollout
     rows = _rows(total_batch_list, episode_rewards, tokenizer, max_steps)
     if global_step is not None:
         for row in rows:
             row["global_step"] = int(global_step)
-    directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
     stamp = f"{int(global_step):06d}" if global_step is not None else f"t{time.time_ns()}"
     path = directory / f"rollout-{stamp}-{uuid.uuid4().hex[:8]}.{file_format}"
     metadata = {"gaca.export": json.dumps({"source": "verl-agent", "rows": len(rows), "global_step": global_step})}

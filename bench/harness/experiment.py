@@ -1,8 +1,8 @@
 """The offline-improvement experiment: does `gaca train-offline` make a policy better, and which
 advantage estimator helps most? Paired seeds, held-out games, 95 % intervals.
 
-Design (`bench/experiment.py` runs it; `gaca demo` runs a reduced version):
-* Games: key quests (`key_quests.py`): several rooms, distractor objects, one decisive step
+Design (`bench/experiment.py` runs it):
+* Games: key quests (`key_quests.py` beside this module): several rooms, distractor objects, one decisive step
   (take the key whose colour the quest names). Training games and held-out games are
   different generation seeds.
 * Start model: a tiny Llama fitted by behaviour cloning to the training games' walkthroughs
@@ -41,9 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.harness import key_quests as kq
+from bench.harness.statistics import detectable_effect, mean_ci, seeds_needed
 from gaca_cli.credit.config import AdvantagesConfig, ConfigError
-from gaca_cli.demo import key_quests as kq
-from gaca_cli.demo.statistics import detectable_effect, mean_ci, seeds_needed
+from gaca_cli.lm.train_config import Loss
 
 #: progress callback: one line for people
 Say = Callable[[str], None]
@@ -109,7 +110,7 @@ class ExperimentConfig:
     temperature: float = 1.0
     max_new_tokens: int = 8
     # the update, the same for every method
-    loss: str = "ppo"
+    loss: Loss = "ppo"
     lr: float = 3e-4
     epochs: int = 1
     batch_size: int = 32
@@ -174,7 +175,7 @@ def collect(model: Path, games, config: ExperimentConfig, seed: int, out: Path) 
     import pyarrow.parquet as pq
 
     from gaca_cli.demo import textworld_games as tw
-    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.log.writing import write_parquet_atomic
 
     if not out.exists():
         policy = tw.LMPolicy(model, temperature=config.temperature, max_new_tokens=config.max_new_tokens, seed=seed)
@@ -189,7 +190,7 @@ def success_advantages(log: Path, out: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gaca_cli.log.io import write_parquet_atomic
+    from gaca_cli.log.writing import write_parquet_atomic
 
     table = pq.read_table(log)
     advantage = table["success"].cast(pa.float64())
@@ -239,7 +240,7 @@ def train_config(model: Path, config: ExperimentConfig, seed: int):
 def update(model: Path, start: Path, log: Path, method: Method, work: Path, config: ExperimentConfig, seed: int):
     """advantages → train-offline; returns (new model, whether it was updated)."""
     from gaca_cli.lm.training import train
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
 
     new_model = work / "model"
     if (new_model / "config.json").exists():

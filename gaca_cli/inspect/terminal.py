@@ -1,4 +1,4 @@
-"""Rich renderables for `gaca inspect` (stdout): the views of `gaca_cli/inspect/data.py` drawn as text.
+"""Rich renderables for `gaca inspect` (stdout): the views of `gaca_cli/inspect/views.py` drawn as text.
 
 Every function takes the JSON-ready dict that `--json` prints, so the terminal shows nothing
 that the JSON lacks. Colour carries meaning but is never the only carrier: advantages are
@@ -521,6 +521,8 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
         for step in traj["steps"]:
             table.add_row(_step_cells(step, cols, view["lambda_bar"], drop), style="bold" if step["critical"] else None)
         parts += [Text(), _traj_header(traj), table]
+        if traj.get("final_observation"):
+            parts.append(Text(f"after the last step: {traj['final_observation']}", style="dim"))
     parts.append(_legend(view, drop, sizes="size" in cols, critical="z" in cols))
     return Group(*parts)
 

@@ -24,7 +24,8 @@ from gaca_cli.cli import app
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.io import read_log, write_parquet_atomic
+from gaca_cli.log.reading import read_log
+from gaca_cli.log.writing import write_parquet_atomic
 from tests.credit.conftest import record_fallbacks
 
 runner = CliRunner()
@@ -650,7 +651,7 @@ def test_key_value_metadata_and_stored_schema_readers(tmp_path):
     """read_key_value_metadata: every entry but ARROW:schema, bytes that are not UTF-8 kept
     (write_parquet_atomic writes them back unchanged); stored_arrow_schema: the writer's own
     schema (here a time zone that pyarrow's reading of INT96 drops), None without one."""
-    from gaca_cli.log.io import read_key_value_metadata, stored_arrow_schema
+    from gaca_cli.log.reading import read_key_value_metadata, stored_arrow_schema
 
     table = pa.table({"t": pa.array([0, 1], pa.timestamp("ns", tz="Europe/Paris"))})
     table = table.replace_schema_metadata({b"pandas": b"{}", b"raw": b"\xff\x00bytes"})

@@ -1,6 +1,6 @@
 """A regime map: where GACA's advantage over GiGPO (against the true advantages) grows or vanishes.
 
-One-factor-at-a-time sweeps around the default forked-corridor setting of `quality.py`:
+One-factor-at-a-time sweeps around the default forked-corridor setting of `gaca_cli.demo.quality`:
 each factor takes a few values while the others stay at their defaults, and for each
 setting the same logs are scored by GiGPO and by GACA at β (β = 0 is GiGPO exactly). The
 cell is the paired per-seed difference
@@ -8,7 +8,7 @@ cell is the paired per-seed difference
     Δ = grad cos(GACA β) − grad cos(GiGPO)
 
 with its 95 % Student-t interval over seeds (`statistics.mean_ci`), where grad cos is the
-cosine between the policy-gradient updates of the estimate and of the truth (`quality.py`);
+cosine between the policy-gradient updates of the estimate and of the truth (`gaca_cli.demo.quality`);
 Δ > 0 means GACA's update points closer to the true one. Alongside, the same paired
 difference for Spearman ρ at the forks (the decisive steps).
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from bench.harness.statistics import mean_ci
 from gaca_cli.demo.quality import CorridorConfig, QualityConfig, as_log, build_corridors, evaluate_log, sample_log
-from gaca_cli.demo.statistics import mean_ci
 
 
 @dataclass(frozen=True)

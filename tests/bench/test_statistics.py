@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gaca_cli.demo.statistics import (
+from bench.harness.statistics import (
     T_975,
     Z_80,
     Z_975,

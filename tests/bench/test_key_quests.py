@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gaca_cli.demo import key_quests as kq
+from bench.harness import key_quests as kq
 from gaca_cli.demo import textworld_games as tw
 
 SPECS = [

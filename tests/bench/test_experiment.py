@@ -9,9 +9,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from gaca_cli.demo import key_quests as kq
-from gaca_cli.demo import textworld_games as tw
-from gaca_cli.demo.experiment import (
+from bench.harness import key_quests as kq
+from bench.harness.experiment import (
     ExperimentConfig,
     ExperimentResult,
     Method,
@@ -22,6 +21,7 @@ from gaca_cli.demo.experiment import (
     success_advantages,
     summarise,
 )
+from gaca_cli.demo import textworld_games as tw
 
 
 def test_parse_method():

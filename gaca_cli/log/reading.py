@@ -1,20 +1,15 @@
-"""Reading logs (files, globs, directories, hive partitions) and writing Parquet atomically."""
+"""Reading logs: Parquet files, globs, directories and hive partitions into one table (`read_log`,
+`Log`), their columns renamed by `--map`, one type per column (`widening`), page checksums
+verified, and the files' key/value metadata."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import glob
-import json
 import os
-import re
-import secrets
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,8 +22,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
-
-_GLOB_CHARS = set("*?[")
+from gaca_cli.files import GLOB_CHARS
+from gaca_cli.log.decoding import refuse_encrypted
+from gaca_cli.log.widening import cast_columns, null_types, text_width_types, typed_nulls, with_text_widths
 
 
 def _read_parquet(path: str, columns=None, read_dictionary=None) -> pa.Table:
@@ -88,6 +84,42 @@ def unreadable(path: str, exc: BaseException, columns: Sequence[str] | None = No
     except READ_ERRORS:  # the footer itself is damaged: no column to name
         column = None
     return GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path, column=column)
+
+
+PYARROW_WRITER = "parquet-cpp-arrow"  # pyarrow's created_by: pyarrow reads what it writes, so a failure is damage
+
+
+def read_failed(path: str, exc: BaseException, names: Sequence[str] | None) -> pa.Table:
+    """The columns `names` of `path` (None: all) after pyarrow's read of them failed with `exc`:
+    the columns pyarrow cannot decode read by polars and cast to the type pyarrow gives them,
+    so that the table is the one pyarrow would read. Only for a file another writer made, and
+    not past a page checksum that fails: a failure in a file pyarrow wrote is damage. Otherwise,
+    or where polars cannot read them either, one GacaError naming the column (and the writer)."""
+    import polars as pl
+
+    reason = _first_line(exc)
+    try:
+        with open_parquet(path) as f:
+            writer, schema = f.metadata.created_by or "an unnamed writer", f.schema_arrow
+        if writer.startswith(PYARROW_WRITER) or "crc" in reason.lower() or "checksum" in reason.lower():
+            raise unreadable(path, exc, names)
+        wanted = [n for n in (schema.names if names is None else names) if n in schema.names]
+        failed = [n for n in wanted if damaged_column(path, [n]) is not None]
+    except READ_ERRORS:
+        raise unreadable(path, exc, names) from None
+    if not failed:
+        raise unreadable(path, exc, names)
+    try:
+        decoded = pl.read_parquet(path, columns=failed, use_pyarrow=False).to_arrow()
+        decoded = decoded.cast(pa.schema([schema.field(n) for n in failed]))
+    except BaseException as err:  # polars' own errors, and PanicException on a page it rejects
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        rule = f"not a readable Parquet file ({reason}); written by {writer}, which neither pyarrow nor polars decodes"
+        raise GacaError(rule, file=path, column=failed[0]) from None
+    rest = _read_parquet(path, columns=[n for n in wanted if n not in failed])
+    columns = [decoded.column(n) if n in failed else rest.column(n) for n in wanted]
+    return pa.Table.from_arrays(columns, schema=pa.schema([schema.field(n) for n in wanted]))
 
 
 @dataclass(frozen=True)
@@ -199,7 +231,7 @@ class Log:
         for column, name in zip(columns, names):
             if name in extra.column_names:
                 table = table.append_column(column, extra.column(name))
-        return dataclasses.replace(self, table=_typed_nulls(table), cache={})
+        return dataclasses.replace(self, table=typed_nulls(table), cache={})
 
     def cached(self, key: object, make: Callable[[], object]) -> object:
         """`make()`, computed once per log (e.g. a column converted for polars)."""
@@ -253,7 +285,7 @@ def expand_inputs(paths: Sequence[str | os.PathLike]) -> list[tuple[str, bool]]:
     resolved: list[tuple[str, bool]] = []
     for raw in paths:
         text = str(raw)
-        if any(ch in _GLOB_CHARS for ch in text) and not os.path.exists(text):
+        if any(ch in GLOB_CHARS for ch in text) and not os.path.exists(text):
             matches = sorted(glob.glob(text, recursive=True))
             if not matches:
                 raise GacaError("no file matches this pattern", file=text)
@@ -294,8 +326,9 @@ def _read_file(
         encode_after = _delta_encoded(path, dict_cols)
         read_dictionary = [c for c in dict_cols if c not in encode_after] or None
         table = _read_parquet(path, columns=names, read_dictionary=read_dictionary)
-    except READ_ERRORS as exc:
-        raise unreadable(path, exc, names) from None
+    except READ_ERRORS as exc:  # a column pyarrow cannot decode: polars reads it, or one error
+        table = read_failed(path, exc, names)
+        encode_after = [c for c in dictionary if c in table.column_names and _is_plain_text(table.schema.field(c).type)]
     for name in encode_after:
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, pc.dictionary_encode(table.column(i)))
@@ -379,7 +412,7 @@ def _dataset(path: str) -> ds.Dataset:
 
     """A directory of Parquet files (hive partitions allowed) whose schema is every file's
     columns together (pyarrow would take the first file's alone), text widths unified
-    (`_text_width_types`), then the partition keys the files do not hold. A key the files
+    (`text_width_types`), then the partition keys the files do not hold. A key the files
     also hold as a column (polars' `write_parquet(partition_by=...)` keeps it) takes the
     files' type, and its values are read from the files."""
     try:
@@ -392,13 +425,14 @@ def _dataset(path: str) -> ds.Dataset:
         keys = factory.inspect_schemas()[-1]  # the first file's schema, then the partition keys'
         files = factory.finish(keys)  # no schema merged yet: each file's is read below
         fragments = list(files.get_fragments())
+        refuse_encrypted([frag.path for frag in fragments])
         schemas = [frag.physical_schema.remove_metadata() for frag in fragments]
     except READ_ERRORS as exc:
         raise GacaError(f"not a readable Parquet dataset ({_first_line(exc)})", file=path) from None
     for frag, frag_schema in zip(fragments, schemas):
         _unique_names(frag_schema.names, frag.path)
     try:
-        schema = pa.unify_schemas(_with_text_widths(schemas) or [pa.schema([])], promote_options="default")
+        schema = pa.unify_schemas(with_text_widths(schemas) or [pa.schema([])], promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=path) from None
     in_files = [key.name for key in keys if key.name in schema.names]
@@ -428,38 +462,14 @@ def _read_directory(path: str, columns: Sequence[str] | None) -> list[tuple[str,
 
 def _concat(tables: list[pa.Table], source: str) -> pa.Table:
     """The files' tables one after the other, columns a file lacks as nulls, text widths
-    unified (`_text_width_types`); any other type clash is one GacaError naming `source`."""
-    targets = _text_width_types([t.schema for t in tables])
+    unified (`text_width_types`); any other type clash is one GacaError naming `source`."""
+    targets = text_width_types([t.schema for t in tables])
     if targets:
-        tables = [_cast_columns(t, targets) for t in tables]
+        tables = [cast_columns(t, targets) for t in tables]
     try:
         return pa.concat_tables(tables, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=source) from None
-
-
-def widest_type(t: pa.DataType) -> pa.DataType:
-    """`t` with its text, binary and list types at their widest (string and string_view ->
-    large_string, binary and binary_view -> large_binary, list -> large_list), also inside
-    lists, structs and maps, and dictionaries decoded (a pandas categorical or a column read
-    as a dictionary in one file is plain text in another). List views are left as they are:
-    pyarrow 26 casts a list view to a list wrongly where its offsets do not increase."""
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.large_string()
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return pa.large_binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(widest_type(t.value_type)))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(widest_type(t.value_type)), t.list_size)
-    if pa.types.is_map(t):
-        key, item = t.key_field, t.item_field
-        return pa.map_(key.with_type(widest_type(key.type)), item.with_type(widest_type(item.type)), t.keys_sorted)
-    if pa.types.is_struct(t):
-        return pa.struct([t.field(i).with_type(widest_type(t.field(i).type)) for i in range(t.num_fields)])
-    if pa.types.is_dictionary(t):
-        return widest_type(t.value_type)
-    return t
 
 
 def _unique_names(names: Sequence[str], path: str) -> None:
@@ -469,55 +479,6 @@ def _unique_names(names: Sequence[str], path: str) -> None:
         if name in seen:
             raise GacaError("the file has two columns of this name; give each its own", file=path, column=name)
         seen.add(name)
-
-
-def _text_width_types(schemas: Sequence[pa.Schema]) -> dict[str, pa.DataType]:
-    """For each column whose type differs between `schemas` only in a width or an encoding:
-    of its text, binary or list offsets (string in a file from pyarrow, large_string in one from
-    polars), a dictionary in one file and not in another (pandas categoricals),
-    or of its integers (int32 and int64 step indices: int64) or floats (float32 and float64:
-    float64), the type every file's column is read as: the wide one, as polars, duckdb and
-    pyarrow's permissive promotion unify them. Null-typed columns are left to the default
-    promotion; any other difference (an integer in one file, a float or text in another) is
-    not unified (the caller reports it)."""
-    seen: dict[str, set[pa.DataType]] = {}
-    for schema in schemas:
-        for f in schema:
-            if not pa.types.is_null(f.type):
-                seen.setdefault(f.name, set()).add(f.type)
-    targets = {}
-    for name, types in seen.items():
-        if len(types) < 2:
-            continue
-        wide = {widest_type(t) for t in types}
-        if len(wide) == 1:
-            targets[name] = wide.pop()
-        elif all(pa.types.is_integer(t) for t in types) and pa.uint64() not in types:
-            targets[name] = pa.int64()  # every value of the narrower ones fits
-        elif all(pa.types.is_floating(t) for t in types):
-            targets[name] = pa.float64()
-    return targets
-
-
-def _with_text_widths(schemas: list[pa.Schema]) -> list[pa.Schema]:
-    """`schemas` with the columns `_text_width_types` unifies given their wide type."""
-    targets = _text_width_types(schemas)
-    out = []
-    for schema in schemas:
-        for i, f in enumerate(schema):
-            if f.name in targets and not pa.types.is_null(f.type):
-                schema = schema.set(i, f.with_type(targets[f.name]))
-        out.append(schema)
-    return out
-
-
-def _cast_columns(table: pa.Table, targets: Mapping[str, pa.DataType]) -> pa.Table:
-    """`table` with the columns named in `targets` cast to their type (null columns left alone)."""
-    for i, f in enumerate(table.schema):
-        want = targets.get(f.name)
-        if want is not None and f.type != want and not pa.types.is_null(f.type):
-            table = table.set_column(i, f.with_type(want), table.column(i).cast(want))
-    return table
 
 
 def _first_line(exc: BaseException) -> str:
@@ -582,6 +543,7 @@ def read_log(
         return [column_map.get(c, c) for c in names]
 
     inputs = expand_inputs(paths)
+    refuse_encrypted([path for path, is_dir in inputs if not is_dir])
     full_schema = None if columns is None else _file_schema(inputs)  # every column, from the footers
     if callable(columns):
         assert full_schema is not None
@@ -607,10 +569,10 @@ def read_log(
     else:
         # check --map against every column of the files, apply it to the columns read
         mapped, renamed = apply_column_map(pa.Table.from_batches([], schema=full_schema), column_map, source)
-        schema = _null_types(mapped.schema)
+        schema = null_types(mapped.schema)
         table = table.rename_columns(_mapped_names(table.column_names, column_map))
     metadata = read_metadata(files[0])
-    table = _typed_nulls(table.replace_schema_metadata(None))
+    table = typed_nulls(table.replace_schema_metadata(None))
     return Log(
         table=table,
         files=files,
@@ -621,33 +583,6 @@ def read_log(
         plain_files=not any(is_dir for _, is_dir in inputs),
         partial=columns is not None,
     )
-
-
-def _null_types(schema: pa.Schema) -> pa.Schema:
-    """`schema` with each nullable column of the log schema that has Arrow type null (all
-    nulls, as pandas and polars write a column of None) given its usual type: float64 for
-    nll_sum and nll_mean, bool for done, lists for token ids and log-probs."""
-    from gaca_cli.log.schema import INPUT_BY_NAME
-
-    usual = {
-        "float": pa.float64(),
-        "bool": pa.bool_(),
-        "token_ids": pa.list_(pa.int32()),
-        "logprobs": pa.list_(pa.float32()),
-    }
-    fields = []
-    for f in schema:
-        spec = INPUT_BY_NAME.get(f.name)
-        if pa.types.is_null(f.type) and spec is not None and spec.nullable and spec.kind in usual:
-            f = f.with_type(usual[spec.kind])
-        fields.append(f)
-    return pa.schema(fields, metadata=schema.metadata)
-
-
-def _typed_nulls(table: pa.Table) -> pa.Table:
-    """`table` with its columns of Arrow type null cast as `_null_types` says."""
-    typed = _null_types(table.schema)
-    return table if typed.equals(table.schema) else table.cast(typed)
 
 
 def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
@@ -664,7 +599,7 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
         _unique_names(schema.names, path)
         schemas.append(schema.remove_metadata())
     try:
-        return pa.unify_schemas(_with_text_widths(schemas), promote_options="default")
+        return pa.unify_schemas(with_text_widths(schemas), promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise GacaError(f"the files' schemas do not agree ({_first_line(exc)})", file=inputs[0][0]) from None
 
@@ -723,233 +658,3 @@ def parse_column_map(items: Sequence[str]) -> dict[str, str]:
             raise ValueError(f"--map gives '{new}' twice")
         out[new] = old
     return out
-
-
-def json_metadata(key: str, value: Mapping) -> dict[str, str]:
-    return {key: json.dumps(value, sort_keys=True, default=str)}
-
-
-@contextlib.contextmanager
-def atomic_path(out: str | os.PathLike) -> Iterator[str]:
-    """A temporary path in the directory of `out`; renamed to `out` when the block succeeds,
-    deleted when it fails, so `out` either keeps its old content or holds the complete file.
-
-    The temporary file is named `.OUT.PID.XXXXXXXX.tmp` after the process writing it, so
-    that a temporary file left by a process that died without cleaning up (kill -9, power
-    loss, a Ctrl-C in the instant it was created) is removed by the next run writing the same
-    `out` (`remove_stale_temporaries`); one whose process still runs is left alone."""
-    out = Path(out)
-    if out.exists() and not out.is_file():  # a directory, a device (/dev/null), a pipe: never replaced
-        raise GacaError(f"{out} exists and is not a regular file, so it is not replaced")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(out)
-    except OSError as exc:
-        raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
-    tmp = None
-    try:
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f"{_temporary_prefix(out)}{os.getpid()}.", suffix=".tmp", dir=out.parent)
-        except OSError as exc:
-            raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
-        os.close(fd)
-        yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual mode
-        os.replace(tmp, out)
-    except BaseException:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def temporary_dir(out: str | os.PathLike) -> Path:
-    """A scratch directory beside `out`, named as `atomic_path` names its temporary files
-    (`.OUT.PID.XXXXXXXX.tmp`), so that one left by a killed run is removed by the next run
-    writing `out`. The caller removes it."""
-    out = Path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(out)
-        return Path(tempfile.mkdtemp(prefix=f"{_temporary_prefix(out)}{os.getpid()}.", suffix=".tmp", dir=out.parent))
-    except OSError as exc:
-        raise GacaError(f"cannot write {out}: {exc.strerror or exc}") from None
-
-
-def missing_dirs(path: str | os.PathLike) -> list[Path]:
-    """The folders on the way to `path` (itself included) that do not exist yet, deepest
-    first: what a run that creates them and then fails removes again (`remove_empty`)."""
-    missing = []
-    path = Path(path).absolute()
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return missing
-
-
-def remove_empty(dirs: Sequence[Path]) -> None:
-    """Remove the folders `dirs` (deepest first) while they are empty."""
-    for d in dirs:
-        try:
-            d.rmdir()
-        except OSError:
-            return
-
-
-def discard_dir(path: str | os.PathLike, out: str | os.PathLike) -> None:
-    """Remove the directory `path` (a work directory beside `out`) so that a kill midway
-    leaves nothing half-removed under its name: it is renamed at once to a temporary name of
-    `out` (`.OUT.PID.XXXXXXXX.tmp`), which the next run writing `out` removes if this one
-    dies while deleting it."""
-    path, out = Path(path), Path(out)
-    if not path.exists():
-        return
-    doomed = out.parent / f"{_temporary_prefix(out)}{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    os.rename(path, doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def ctrl_c_ignored() -> Iterator[None]:
-    """Ctrl-C is ignored inside the block (in the main thread; elsewhere it cannot arrive):
-    for the clean-up after the output is complete, which an interruption could only leave
-    half done, and whose command has succeeded."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-#: PID.XXXXXXXX between `.OUT.` and `.tmp` (mkstemp's 8 random characters)
-_TEMPORARY_MIDDLE = re.compile(r"(\d+)\.[a-z0-9_]{8}")
-
-
-def _temporary_prefix(out: Path) -> str:
-    return f".{out.name}."
-
-
-def remove_stale_temporaries(out: str | os.PathLike) -> list[str]:
-    """Remove the temporary files `atomic_path` and directories `temporary_dir` made for `out`
-    whose writing process has ended (named `.OUT.PID.XXXXXXXX.tmp`); return their paths.
-    Those of running processes and files named otherwise are kept."""
-    out = Path(out)
-    prefix = _temporary_prefix(out)
-    removed: list[str] = []
-    try:
-        names = os.listdir(out.parent)
-    except OSError:
-        return removed
-    for name in names:
-        if not (name.startswith(prefix) and name.endswith(".tmp")):
-            continue
-        match = _TEMPORARY_MIDDLE.fullmatch(name[len(prefix) : -len(".tmp")])
-        if match is None or _process_alive(int(match.group(1))):
-            continue
-        path = out.parent / name
-        with contextlib.suppress(FileNotFoundError):  # another run removed it first
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-            removed.append(str(path))
-    return removed
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether a process with this id exists (on this machine; one that reuses a dead
-    writer's id keeps that writer's temporary file, which is the safe side)."""
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return True
-    return True
-
-
-def write_parquet_atomic(
-    table: pa.Table,
-    out: str | os.PathLike,
-    metadata: Mapping[str, str],
-    dictionary_columns: Sequence[str] = (),
-    *,
-    int96_timestamps: bool = False,
-) -> None:
-    """Write `table` to `out` through a temporary file in the same directory and a rename, so
-    that `out` either keeps its old content or holds the complete new file.
-
-    Dictionary encoding is used only for `dictionary_columns` and columns that are already
-    dictionary-typed: on high-cardinality text (prompts, observations) it costs most of the
-    write time and saves nothing. `int96_timestamps` stores timestamps as INT96 (as an input
-    that had them did)."""
-    meta = dict(table.schema.metadata or {})
-    meta.update(
-        {k.encode("utf-8", "surrogateescape"): v.encode("utf-8", "surrogateescape") for k, v in metadata.items()}
-    )
-    table = table.replace_schema_metadata(meta)
-    dictionary = [
-        name
-        for name, col in zip(table.column_names, table.columns)
-        if name in dictionary_columns or pa.types.is_dictionary(col.type)
-    ]
-    # statistics on every column: min/max help readers skip row groups, and their null
-    # counts let the next command check a column it does not read without reading it
-    with atomic_path(out) as tmp:
-        pq.write_table(
-            table,
-            tmp,
-            compression="zstd",
-            use_dictionary=dictionary or False,
-            use_deprecated_int96_timestamps=int96_timestamps,
-        )
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def same_or_inside(out: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> str | None:
-    """The input that `out` would overwrite or fall inside of, if any."""
-    out_path = Path(out).resolve()
-    for raw in inputs:
-        text = str(raw)
-        candidates = glob.glob(text) if any(ch in _GLOB_CHARS for ch in text) else [text]
-        for cand in candidates:
-            p = Path(cand).resolve()
-            if out_path == p or (p.is_dir() and p in out_path.parents):
-                return cand
-    return None
-
-
-def unwritable_reason(out: str | os.PathLike, directory: bool = False) -> str | None:
-    """Why `out` (a file, or with `directory` a directory) cannot be written, checked before
-    any work: it names an existing directory (or file), something on its path is a regular
-    file, or the nearest existing folder is not writable. None when it can be written."""
-    path = Path(out).absolute()
-    if path.exists():
-        if directory and not path.is_dir():
-            return f"{out} is a file, not a directory"
-        if not directory and path.is_dir():
-            return f"{out} is a directory, not a file"
-        if not directory and not path.is_file():
-            return f"{out} is not a regular file (a device or a pipe is never replaced)"
-    ancestor = path if (directory and path.is_dir()) else path.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        return f"{ancestor} is a file, so nothing can be created under it"
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        return f"{ancestor} is not writable"
-    return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gaca_cli.demo.regimes import FACTORS, RegimeConfig, regime_map, regime_markdown
+from bench.harness.regimes import FACTORS, RegimeConfig, regime_map, regime_markdown
 
 SMALL = RegimeConfig(
     seeds=(0, 1),

@@ -1,0 +1,60 @@
+"""What every command's frozen config dataclass shares: the error its validation raises, the
+check of its `Literal[...]` choice fields, and when an option does nothing given the others.
+Standard library only: every layer's configs use it, and the command line turns a ConfigError
+into a usage error (`cli/options.py`)."""
+
+from __future__ import annotations
+
+import functools
+import typing
+from dataclasses import fields
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; `field` names the offending parameter (the command line
+    reports it as a usage error naming that field's option)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def choices_of(hint: object) -> tuple:
+    """The values of a `Literal[...]`, also in `Literal[...] | None` or `tuple[Literal[...], ...]`; else ()."""
+    if typing.get_origin(hint) is typing.Literal:
+        return typing.get_args(hint)
+    return next(filter(None, map(choices_of, typing.get_args(hint))), ())
+
+
+@functools.cache
+def _choice_fields(config_class: type) -> dict[str, tuple[tuple, bool]]:
+    """{field: (its choices, whether None is allowed)} for the fields typed `Literal[...]`."""
+    hints = typing.get_type_hints(config_class)
+    found = {f.name: choices_of(hints[f.name]) for f in fields(config_class)}
+    return {name: (c, type(None) in typing.get_args(hints[name])) for name, c in found.items() if c}
+
+
+def check_choices(config: object) -> None:
+    """Raise ConfigError, naming the field, where a `Literal[...]` field holds another value."""
+    for name, (allowed, optional) in _choice_fields(type(config)).items():  # type: ignore[arg-type]
+        value = getattr(config, name)
+        values = value if isinstance(value, tuple) else (value,)
+        if any(v not in allowed and not (v is None and optional) for v in values):
+            use = (", " if isinstance(value, tuple) else " | ").join(map(str, allowed))
+            raise ConfigError(name, f"{name} = {','.join(map(str, values))!r} is not valid; use {use}")
+
+
+def inactive_because(config: object, name: str) -> str | None:
+    """When the option `name` of a config dataclass does nothing with its other options (its
+    field metadata `only`: (other field, its values) or (other field, "given")): what it needs,
+    e.g. "--method gaca"; None when it acts, or acts always."""
+    f = next(g for g in fields(config) if g.name == name)  # type: ignore[arg-type]
+    if "only" not in f.metadata:
+        return None
+    other, wanted = f.metadata["only"]
+    value = getattr(config, other)
+    flag = "--" + other.replace("_", "-")
+    if wanted == "given":
+        default = next(g.default for g in fields(config) if g.name == other)  # type: ignore[arg-type]
+        return None if value != default else f"{flag} is given"
+    return None if value in wanted else f"{flag} {' or '.join(wanted)}"
