@@ -426,7 +426,10 @@ def history_advantage(rollouts: Rollouts, returns_to_go: np.ndarray, config: Adv
     assert rollouts.step_group is not None, "hgpo needs step groups"
     index = rollouts.index
     g = index.in_step_order(returns_to_go)
-    codes = history_group_codes(index.in_step_order(rollouts.step_group), index, config.history_length + 1)
+    longest = int(index.traj_len.max()) if index.n_traj else 1  # no window beyond the longest trajectory
+    codes = history_group_codes(
+        index.in_step_order(rollouts.step_group), index, min(config.history_length + 1, longest)
+    )
     items = np.zeros((len(codes), index.n_rows))
     counts = np.zeros(index.n_rows, dtype=np.int64)
     n_groups = 0

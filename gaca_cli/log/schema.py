@@ -172,16 +172,23 @@ OUTPUT_COLUMNS: dict[str, tuple[OutputColumn, ...]] = {
         OutputColumn(C.TOKEN_LOGPROBS, "list<float>", (), "per-token log-probabilities (with --token-logprobs)"),
     ),
     "advantages": (
-        OutputColumn(C.RETURN_TO_GO, "double", ("grpo", "gigpo", "gaca", "hgpo"), "discounted return-to-go G_t (Eq. 5)"),
         OutputColumn(
-            C.ADV_EPISODE, "double", ("grpo", "gigpo", "gaca", "hgpo"), "episode-level advantage A^E (Eq. 3); hgpo: with --base-group"
+            C.RETURN_TO_GO, "double", ("grpo", "gigpo", "gaca", "hgpo"), "discounted return-to-go G_t (Eq. 5)"
+        ),
+        OutputColumn(
+            C.ADV_EPISODE,
+            "double",
+            ("grpo", "gigpo", "gaca", "hgpo"),
+            "episode-level advantage A^E (Eq. 3); hgpo: with --base-group",
         ),
         OutputColumn(C.ADV_STEP, "double", ("grpo", "gigpo", "gaca"), "step-level advantage A^S (Eq. 7); 0 for grpo"),
         OutputColumn(C.STEP_GROUP_ID, "int64", ("gigpo", "gaca"), "dense id of the (group_id, anchor) step group"),
         OutputColumn(C.STEP_GROUP_SIZE, "int64", ("gigpo", "gaca"), "number of steps in the step group"),
         OutputColumn(C.NLL_Z, "double", ("gaca",), "standardised criticality z_t"),
         OutputColumn(C.GACA_WEIGHT, "double", ("gaca",), "mixing weight lambda_t"),
-        OutputColumn(C.HISTORY_GROUPS, "int64", ("hgpo",), "number of history groups of two or more steps the step is in"),
+        OutputColumn(
+            C.HISTORY_GROUPS, "int64", ("hgpo",), "number of history groups of two or more steps the step is in"
+        ),
         OutputColumn(C.ADVANTAGE, "double", ("grpo", "gigpo", "gaca", "hgpo"), "final advantage A_t"),
         OutputColumn(C.ADV_METHOD, "string", ("grpo", "gigpo", "gaca", "hgpo"), "estimator that wrote the row"),
     ),

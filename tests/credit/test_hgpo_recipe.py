@@ -211,7 +211,9 @@ def test_the_batches_have_what_the_comparison_needs():
     g = batch["step_rewards"].numpy()
     assert len(set(g.tolist())) < len(g)  # tied returns
     assert {"alone1", "alone4"} <= set(batch["index"])
-    revisits = [len(set(a)) for a in batch["log"].group_by("traj_id").aggregate([("anchor_obs", "list")])[1].to_pylist()]
+    revisits = [
+        len(set(a)) for a in batch["log"].group_by("traj_id").aggregate([("anchor_obs", "list")])[1].to_pylist()
+    ]
     lengths = batch["log"].group_by("traj_id").aggregate([("anchor_obs", "count")])[1].to_pylist()
     assert any(r < n for r, n in zip(revisits, lengths))
 
