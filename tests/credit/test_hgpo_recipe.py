@@ -1,7 +1,7 @@
 """`gaca advantages --method hgpo` against verl-agent's HGPO recipe, run as upstream wrote it.
 
 tests/credit/verl_agent_hgpo/core_hgpo.py is an unmodified copy of the recipe's
-recipe/hgpo/core_hgpo.py (PROVENANCE.md beside it). Each test builds a batch as verl-agent's
+recipe/hgpo/core_hgpo.py (verl_agent_hgpo/PROVENANCE.md). Each test builds a batch as verl-agent's
 rollout loop does (rows appended step by step, each trajectory's rows in step order, the
 episode reward on the last response token of every row of the trajectory), computes its
 `step_rewards` with the recipe's own `compute_step_discounted_returns`, runs the recipe's
