@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "--_recipe":
         print(json.dumps(recipe_child(argv[1], int(argv[2]))))
         return 0
-    parser = argparse.ArgumentParser(description="Benchmark `gaca advantages --method hgpo` against gigpo and the recipe.")
+    parser = argparse.ArgumentParser(
+        description="Benchmark `gaca advantages --method hgpo` against gigpo and the recipe."
+    )
     parser.add_argument("--rows", type=int, default=10_000_000, help="log size of the gaca comparison (default 10M)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per method; the table shows the median")
     parser.add_argument("--history-length", type=int, default=2, help="K (default 2, the recipe's)")
@@ -116,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {method:5s} {args.rows:>11,} rows: {m.total_s:7.2f} s", file=sys.stderr, flush=True)
     best = {method: bench.median_run(cell) for method, cell in runs.items()}
     print(f"gaca advantages on {args.rows:,} rows (bench/synth.py), median of {args.repeat}; hgpo K = 2:")
-    print(f"{'method':8s} {'read s':>8s} {'compute s':>10s} {'write s':>8s} {'total s':>8s} {'CPU s':>7s} {'peak GB':>8s}")
+    print(
+        f"{'method':8s} {'read s':>8s} {'compute s':>10s} {'write s':>8s} {'total s':>8s} {'CPU s':>7s} {'peak GB':>8s}"
+    )
     for method, m in best.items():
         peak = (m.peak_rss_bytes or 0) / 1e9
         print(
@@ -126,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     ratio = best["hgpo"].total_s / best["gigpo"].total_s
     compute_ratio = best["hgpo"].compute_s / best["gigpo"].compute_s
     verdict = "met" if ratio <= TARGET_RATIO else "NOT met"
-    print(f"hgpo / gigpo: {ratio:.2f}x end to end, {compute_ratio:.2f}x compute (target ≤ {TARGET_RATIO:g}x: {verdict})\n")
+    print(
+        f"hgpo / gigpo: {ratio:.2f}x end to end, {compute_ratio:.2f}x compute (target ≤ {TARGET_RATIO:g}x: {verdict})\n"
+    )
 
     sizes = [int(float(x)) for x in args.recipe_rows.split(",") if x.strip()]
     print(f"verl-agent's recipe (hgpo_advantage_estimate, K = {args.history_length}), budget {args.recipe_budget:g} s:")

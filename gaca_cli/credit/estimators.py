@@ -21,7 +21,7 @@ follows each such hand-over is the definition.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -378,7 +378,7 @@ def gaca(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
     )
 
 
-def history_group_codes(step_group: np.ndarray, index: TrajectoryIndex, windows: int) -> list[np.ndarray]:
+def history_group_codes(step_group: np.ndarray, index: TrajectoryIndex, windows: int) -> Iterator[np.ndarray]:
     """The history groups of windows k = 1..`windows`: two positions share the code of window k
     when they lie in the same episode group and their last k anchors are equal, step for step
     (in any trajectories of the group, the same one included); −1 where the trajectory has
@@ -386,17 +386,16 @@ def history_group_codes(step_group: np.ndarray, index: TrajectoryIndex, windows:
 
     Window 1 is the step group; window k pairs the code of window k − 1 with the step group
     k − 1 steps back, numbered densely (np.unique). step_group: int64 [N] per position (step
-    order). Returns one int64 [N] per window, per position.
+    order). Yields one int64 [N] per window, per position.
     """
-    step = index.step
-    codes = [step_group]
+    step, window = index.step, step_group
+    yield window
     for k in range(2, windows + 1):
         at = np.flatnonzero(step >= k - 1)
-        pair = codes[-1][at] * (int(step_group.max()) + 1) + step_group[at - (k - 1)]
+        pair = window[at] * (int(step_group.max()) + 1) + step_group[at - (k - 1)]
         window = np.full(len(step), -1, dtype=np.int64)
         window[at] = np.unique(pair, return_inverse=True)[1].reshape(-1)
-        codes.append(window)
-    return codes
+        yield window
 
 
 def center_in_groups(values: np.ndarray, codes: np.ndarray, normalize_by_std: bool, eps: float) -> np.ndarray:
@@ -409,38 +408,12 @@ def center_in_groups(values: np.ndarray, codes: np.ndarray, normalize_by_std: bo
     order = np.lexsort((values, codes))
     count = np.bincount(codes)
     dev, m2, scale, _, _ = shifted_moments(values[order], count)
-    group = codes[order]
-    out = np.zeros(len(values))
     if normalize_by_std:
         with np.errstate(all="ignore"):
-            dev = np.where(dev == 0.0, 0.0, dev / (scale * np.sqrt(m2 / count) + eps)[group])
+            dev = np.where(dev == 0.0, 0.0, dev / (scale * np.sqrt(m2 / count) + eps)[codes[order]])
+    out = np.empty(len(values))
     out[order] = dev
     return out
-
-
-def history_advantage(rollouts: Rollouts, returns_to_go: np.ndarray, config: AdvantagesConfig) -> tuple:
-    """The history-group items of HGPO: for each window k = 1..K+1 the normalised G_t of each
-    position in its window-k group (0 where it has none, or is alone in it), and the number
-    of groups of two or more steps each position is in. Returns (items float64 [K+1, N],
-    counts int64 [N], diagnostics), per position (step order)."""
-    assert rollouts.step_group is not None, "hgpo needs step groups"
-    index = rollouts.index
-    g = index.in_step_order(returns_to_go)
-    longest = int(index.traj_len.max()) if index.n_traj else 1  # no window beyond the longest trajectory
-    codes = history_group_codes(
-        index.in_step_order(rollouts.step_group), index, min(config.history_length + 1, longest)
-    )
-    items = np.zeros((len(codes), index.n_rows))
-    counts = np.zeros(index.n_rows, dtype=np.int64)
-    n_groups = 0
-    for k, code in enumerate(codes):
-        at = np.flatnonzero(code >= 0)
-        size = np.bincount(code[at])
-        shared = at[size[code[at]] > 1]
-        items[k, shared] = center_in_groups(g[shared], code[shared], config.normalize_by_std, config.epsilon)
-        counts[shared] += 1
-        n_groups += int(np.sum(size > 1))
-    return items, counts, {"history_groups": n_groups, "steps_without_history_group": int(np.sum(counts == 0))}
 
 
 def hgpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
@@ -452,30 +425,44 @@ def hgpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
                   w = (k+1)^α for a_{t,k}; with base_group also a_0 = A^E(τ), w_0 = 1
         A_t     = 0 where no item is non-zero
 
-    The items are summed base first, then k ascending. `adv_step` is 0; `adv_episode` is A^E
-    with base_group, else 0.
+    The items are added base first, then k ascending. `history_groups`: the number of
+    groups of two or more each step is in. `adv_step` is 0; `adv_episode` A^E with
+    base_group, else 0.
     """
-    rtg = discounted_returns(rollouts.reward, rollouts.index, config.gamma)
-    items, counts, diag = history_advantage(rollouts, rtg, config)
-    weights = (np.arange(2, len(items) + 2, dtype=np.float64) ** config.length_weight_alpha)[:, None]
-    adv_e = np.zeros(rollouts.index.n_rows)
+    index, n = rollouts.index, rollouts.index.n_rows
+    assert rollouts.step_group is not None, "hgpo needs step groups"
+    rtg = discounted_returns(rollouts.reward, index, config.gamma)
+    total, weight, joined = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+
+    def add(item: np.ndarray, w: float) -> None:  # the non-zero rule
+        used = item != 0.0
+        total[used] += w * item[used]
+        weight[used] += w
+
+    adv_e, diag = np.zeros(n), dict[str, int]()
     if config.base_group:
-        adv_e, episode_diag = episode_advantage(rollouts, config)
-        items = np.vstack([rollouts.index.in_step_order(adv_e)[None, :], items])
-        weights = np.vstack([[[1.0]], weights])
-        diag = {**episode_diag, **diag}
-    used = items != 0.0
-    total = np.sum(np.where(used, weights * items, 0.0), axis=0)
-    weight = np.sum(np.where(used, weights, 0.0), axis=0)
+        adv_e, diag = episode_advantage(rollouts, config)
+        add(index.in_step_order(adv_e), 1.0)
+    g, n_groups = index.in_step_order(rtg), 0
+    windows = min(config.history_length + 1, int(index.traj_len.max()) if n else 1)  # none past the longest
+    for k, code in enumerate(history_group_codes(index.in_step_order(rollouts.step_group), index, windows), 1):
+        at = np.flatnonzero(code >= 0)
+        size = np.bincount(code[at])
+        shared = at[size[code[at]] > 1]  # a group of one gives no item
+        item = np.zeros(n)
+        item[shared] = center_in_groups(g[shared], code[shared], config.normalize_by_std, config.epsilon)
+        add(item, float(k + 1) ** config.length_weight_alpha)
+        joined[shared] += 1
+        n_groups += int(np.sum(size > 1))
     with np.errstate(all="ignore"):
         adv = np.where(weight > 0.0, total / (weight + config.epsilon), 0.0)
-    index = rollouts.index
+    diag |= {"history_groups": n_groups, "steps_without_history_group": int(np.sum(joined == 0))}
     return Advantages(
         advantage=index.in_file_order(adv),
         return_to_go=rtg,
         adv_episode=adv_e,
-        adv_step=np.zeros(index.n_rows),
-        history_groups=index.in_file_order(counts),
+        adv_step=np.zeros(n),
+        history_groups=index.in_file_order(joined),
         diagnostics=diag,
     )
 
