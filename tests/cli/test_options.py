@@ -177,6 +177,14 @@ INVALID = [
     ("advantages", ["--lambda-max", "0.3"], "--lambda-max", "0.3"),  # below λ̄ = 0.5
     ("advantages", ["--lambda-min", "0.7"], "--lambda-min", "0.7"),  # above λ̄
     ("advantages", ["--lambda-min", "0.6", "--lambda-max", "0.4"], "--lambda-max", "0.4"),
+    ("advantages", ["-m", "hgpo", "--history-length", "-1"], "--history-length", "-1"),
+    ("advantages", ["-m", "hgpo", "--history-length", "1.5"], "--history-length", "1.5"),
+    ("advantages", ["-m", "hgpo", "--length-weight-alpha", "nan"], "--length-weight-alpha", "nan"),
+    ("advantages", ["-m", "hgpo", "--length-weight-alpha", "1000"], "--length-weight-alpha", "1000"),
+    ("advantages", ["-m", "gigpo", "--history-length", "3"], "--history-length", "3"),
+    ("advantages", ["-m", "gaca", "--length-weight-alpha", "2"], "--length-weight-alpha", "2"),
+    ("advantages", ["-m", "grpo", "--base-group"], "--base-group", "True"),
+    ("advantages", ["-m", "hgpo", "--step-weight", "2"], "--step-weight", "2"),
     ("score", ["--model", ""], "--model", "''"),
     ("score", ["--dtype", "f8"], "--dtype", "f8"),
     ("score", ["--device", "gpu"], "--device", "gpu"),
