@@ -43,7 +43,7 @@ def recipe_child(log_path: str, history_length: int) -> dict:
 
     from gaca_cli.credit.config import AdvantagesConfig
     from gaca_cli.credit.run import compute_advantages
-    from gaca_cli.log.io import read_log
+    from gaca_cli.log.reading import read_log
     from tests.credit.test_hgpo_recipe import RECIPE
 
     torch.set_num_threads(1)

@@ -440,7 +440,7 @@ def _step_cells(step: dict, columns: Sequence[str], lam_bar: float | None, drop:
         "action": _short(step["action"]),
         "anchor": _anchor(step["anchor"], drop),
         "size": Text("–" if step["step_group_size"] is None else str(step["step_group_size"])),
-        "history": Text("–" if step.get("history_groups") is None else str(step["history_groups"])),
+        "history": Text("–" if step["history_groups"] is None else str(step["history_groups"])),
         "nll": Text(fmt(step["nll"])),
         "z": Text("–" if step["nll_z"] is None else f"{step['nll_z']:+.2f}"),
         "lambda": lambda_bar(step["lambda"], lam_bar),
@@ -458,7 +458,7 @@ def _available(view: dict, steps: Sequence[dict]) -> dict[str, bool]:
     return {
         "anchor": has("anchor"),
         "size": has("step_group_size"),
-        "history": any(s.get("history_groups") is not None for s in steps),
+        "history": has("history_groups"),
         "nll": has("nll"),
         "lambda": has("lambda"),
         "adv_episode": has("adv_episode"),
@@ -526,20 +526,7 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
     parts = _preamble(view, what)
     all_steps = [s for traj in view["trajectories"] for s in traj["steps"]]
     cols = _columns(
-        [
-            "mark",
-            "step",
-            "action",
-            "anchor",
-            "size",
-            "history",
-            "nll",
-            "z",
-            "lambda",
-            "adv_episode",
-            "adv_step",
-            "advantage",
-        ],
+        "mark step action anchor size history nll z lambda adv_episode adv_step advantage".split(),
         _available(view, all_steps),
     )
     drop = "" if wide else common_start([s["anchor"] for s in all_steps])

@@ -36,7 +36,7 @@ torch = pytest.importorskip("torch")
 
 from gaca_cli.credit.config import AdvantagesConfig  # noqa: E402
 from gaca_cli.credit.run import compute_advantages  # noqa: E402
-from gaca_cli.log.io import Log  # noqa: E402
+from gaca_cli.log.reading import Log  # noqa: E402
 
 FIXTURE = Path(__file__).resolve().parent / "verl_agent_hgpo" / "core_hgpo.py"
 FIXTURE_SHA256 = "cc8bdb17d04c47b8514f9d2539f49f00074df729ceeea72eb45bde775c7c0200"
