@@ -36,7 +36,7 @@ class AdvantagesConfig:
         default=None,
         metadata={
             "help": "Normalise by std, or only subtract the mean, at both levels.",
-            "default_text": "std (grpo; hgpo, as its recipe's mean_std_norm), mean (gigpo, gaca)",
+            "default_text": "std (grpo, hgpo), mean (gigpo, gaca)",
         },
     )
     step_weight: float = field(

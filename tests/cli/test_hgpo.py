@@ -55,8 +55,9 @@ def test_hgpo_options_act_only_with_hgpo(tmp_path, example_log):
         assert res.exit_code == 2 and "--method hgpo" in res.stderr, option
     res = runner.invoke(app, ["advantages", str(example_log), "-m", "hgpo", "--step-weight", "2", "-o", str(tmp_path)])
     assert res.exit_code == 2 and "--step-weight" in res.stderr
-    res = runner.invoke(app, ["advantages", "--help"])
-    assert "--base-group / --no-base-group" in res.stdout and "std for grpo and hgpo" in " ".join(res.stdout.split())
+    res = runner.invoke(app, ["advantages", "--help"], env={"COLUMNS": "120"})
+    text = " ".join(res.stdout.split())
+    assert "--base-group / --no-base-group" in text and "[default: (std (grpo, hgpo), mean (gigpo, gaca))]" in text
 
 
 def test_validate_for_hgpo(tmp_path, example_log):

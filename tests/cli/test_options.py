@@ -96,11 +96,11 @@ def test_the_methods_offered_are_the_estimators():
 def test_a_literal_field_is_a_choice_that_help_and_completion_list():
     params = click_params("advantages")
     text = " ".join(runner.invoke(app, ["advantages", "--help"]).stdout.split())
-    assert "-m, --method <grpo|gigpo|gaca>" in text and "--nll-scope <trajectory|group|batch>" in text
+    assert "-m, --method <grpo|gigpo|gaca|hgpo>" in text and "--nll-scope <trajectory|group|batch>" in text
     ctx = typer.main.get_command(app).commands["advantages"].make_context("advantages", ["x"], resilient_parsing=True)
     assert [c.value for c in params["nll_scope"].shell_complete(ctx, "")] == ["trajectory", "group", "batch"]
     assert [c.value for c in params["method"].shell_complete(ctx, "gi")] == ["gigpo"]
-    assert "[default: (std (grpo), mean (gigpo, gaca))]" in text  # metadata default_text
+    assert "[default: (std (grpo, hgpo), mean (gigpo, gaca))]" in text  # metadata default_text
 
 
 @pytest.mark.parametrize("command", CONFIGS)
