@@ -14,6 +14,7 @@ verl-agent's HGPO recipe on the largest log it finishes within a time budget.
 
     python bench/hgpo.py                                   # 10M rows, recipe budget 60 s
     python bench/hgpo.py --rows 1000000 --repeat 3 --recipe-rows 1000,3000,10000,30000
+    python bench/hgpo.py --rows 0 --recipe-rows 300000,400000,500000   # the recipe alone
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Benchmark `gaca advantages --method hgpo` against gigpo and the recipe."
     )
-    parser.add_argument("--rows", type=int, default=10_000_000, help="log size of the gaca comparison (default 10M)")
+    parser.add_argument(
+        "--rows", type=int, default=10_000_000, help="log size of the gaca comparison (default 10M; 0: the recipe only)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs per method; the table shows the median")
     parser.add_argument("--history-length", type=int, default=2, help="K (default 2, the recipe's)")
     parser.add_argument("--recipe-budget", type=float, default=60.0, help="seconds the recipe may take (default 60)")
@@ -107,7 +110,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"machine: {bench.machine_text()}", flush=True)
     print("timings on a shared machine are noisy\n", flush=True)
+    gaca_rate = compare_with_gigpo(args) if args.rows else None
 
+    sizes = [int(float(x)) for x in args.recipe_rows.split(",") if x.strip()]
+    print(f"verl-agent's recipe (hgpo_advantage_estimate, K = {args.history_length}), budget {args.recipe_budget:g} s:")
+    recipe = time_recipe(sizes, args.recipe_budget, args.history_length, args.data_dir)
+    print(f"{'rows':>11s} {'recipe s':>9s} {'rows/s':>9s} {'max |Δ| vs gaca':>16s}")
+    for rows, result in recipe:
+        if result is None:
+            print(f"{rows:>11,} {'killed':>9s}")
+            continue
+        print(f"{rows:>11,} {result['seconds']:9.2f} {rows / result['seconds']:9,.0f} {result['max_abs_diff']:16.1e}")
+    finished = [(rows, r) for rows, r in recipe if r is not None and r["seconds"] <= args.recipe_budget]
+    if finished:
+        rows, r = finished[-1]
+        gaca = "" if gaca_rate is None else f"; gaca hgpo end to end: {gaca_rate:,.0f} rows/s"
+        print(
+            f"largest log within {args.recipe_budget:g} s: {rows:,} rows in {r['seconds']:.1f} s "
+            f"({rows / r['seconds']:,.0f} rows/s{gaca})"
+        )
+    return 0
+
+
+def compare_with_gigpo(args: argparse.Namespace) -> float:
+    """gigpo and hgpo on the same log, alternating, `args.repeat` times; prints the table and
+    returns hgpo's rows per second, end to end."""
     path = synth.ensure_log(args.rows, data_dir=args.data_dir)
     runs: dict[str, list[bench.Measurement]] = {"gigpo": [], "hgpo": []}
     with tempfile.TemporaryDirectory(dir=args.data_dir, prefix="run-") as tmp:
@@ -133,25 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"hgpo / gigpo: {ratio:.2f}x end to end, {compute_ratio:.2f}x compute (target ≤ {TARGET_RATIO:g}x: {verdict})\n"
     )
-
-    sizes = [int(float(x)) for x in args.recipe_rows.split(",") if x.strip()]
-    print(f"verl-agent's recipe (hgpo_advantage_estimate, K = {args.history_length}), budget {args.recipe_budget:g} s:")
-    recipe = time_recipe(sizes, args.recipe_budget, args.history_length, args.data_dir)
-    print(f"{'rows':>11s} {'recipe s':>9s} {'rows/s':>9s} {'max |Δ| vs gaca':>16s}")
-    for rows, result in recipe:
-        if result is None:
-            print(f"{rows:>11,} {'killed':>9s}")
-            continue
-        print(f"{rows:>11,} {result['seconds']:9.2f} {rows / result['seconds']:9,.0f} {result['max_abs_diff']:16.1e}")
-    finished = [(rows, r) for rows, r in recipe if r is not None and r["seconds"] <= args.recipe_budget]
-    if finished:
-        rows, r = finished[-1]
-        gaca_rate = args.rows / best["hgpo"].total_s
-        print(
-            f"largest log within {args.recipe_budget:g} s: {rows:,} rows in {r['seconds']:.1f} s "
-            f"({rows / r['seconds']:,.0f} rows/s; gaca hgpo end to end: {gaca_rate:,.0f} rows/s)"
-        )
-    return 0
+    return args.rows / best["hgpo"].total_s
 
 
 if __name__ == "__main__":
