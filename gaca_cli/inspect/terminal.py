@@ -486,8 +486,7 @@ def _legend(view: dict, drop: str = "", *, sizes: bool = True, critical: bool = 
         )
     if sizes:
         pieces.append(Text("|S|: steps sharing the anchor state"))
-    if history:
-        pieces.append(Text("|H|: history groups of two or more steps the step is in"))
+    pieces += [Text("|H|: history groups of two or more steps the step is in")] if history else []
     if drop:
         pieces.append(Text(f"anchors shown without their common start {drop.strip()!r}"))
     t = Text("  ·  ").join(pieces)
