@@ -65,9 +65,15 @@ def advantages_summary(summary: dict) -> Group:
     if "steps_by_step_group_size" in summary:
         hist = summary["steps_by_step_group_size"]
         table.add_row("steps by step-group size", "  ".join(f"{k}: {v:,}" for k, v in hist.items()))
+    if "steps_by_history_groups" in summary:
+        hist = summary["steps_by_history_groups"]
+        table.add_row("steps by history groups joined", "  ".join(f"{k}: {v:,}" for k, v in hist.items()))
     table.add_row("steps with a step-level signal", f"{100 * summary['step_signal_share']:.1f}%")
-    table.add_row("mean |A^E|", _fmt(summary["mean_abs_adv_episode"]))
-    table.add_row("mean |ω·A^S|", _fmt(summary["mean_abs_weighted_adv_step"]))
+    hgpo = summary["method"] == "hgpo"
+    if not hgpo or summary["params"].get("base_group"):
+        table.add_row("mean |A^E|", _fmt(summary["mean_abs_adv_episode"]))
+    if not hgpo:
+        table.add_row("mean |ω·A^S|", _fmt(summary["mean_abs_weighted_adv_step"]))
     lam = summary.get("lambda")
     if lam:
         table.add_row(

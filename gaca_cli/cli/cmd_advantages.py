@@ -1,4 +1,4 @@
-"""`gaca advantages`: GRPO / GiGPO / GACA advantages written as new columns."""
+"""`gaca advantages`: GRPO / GiGPO / GACA / HGPO advantages written as new columns."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ def advantages(
     """Compute per-step advantages and write them as new columns.
 
     Adds return_to_go, adv_episode, adv_step, advantage and adv_method (plus step_group_id,
-    step_group_size for gigpo/gaca and nll_z, gaca_weight for gaca); every input column is
-    kept. The formulas are in docs/estimators.md and the README.
+    step_group_size for gigpo/gaca and nll_z, gaca_weight for gaca; hgpo writes
+    return_to_go, history_groups, advantage, adv_method, and adv_episode with --base-group);
+    every input column is kept. The formulas are in docs/estimators.md and the README.
 
     Example: gaca advantages scored.parquet --method gaca --beta 0.2 -o annotated.parquet
     """

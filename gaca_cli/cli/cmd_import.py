@@ -17,7 +17,7 @@ ForOption = typer.Option(
     "validate",
     "--for",
     help="Also check the columns a command needs: advantages:grpo, advantages:gigpo, advantages:gaca, "
-    "score, train-offline, inspect.",
+    "advantages:hgpo, score, train-offline, inspect.",
 )
 FieldMapOption = typer.Option(
     [],

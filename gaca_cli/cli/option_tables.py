@@ -40,7 +40,8 @@ def option_table(config_class: type) -> str:
     hints = typing.get_type_hints(config_class)
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for f in option_fields(config_class):
-        names = names_of(f) + ([f"--no-{f.name.replace('_', '-')}"] if f.default is True else [])
+        negatable = f.default is True or f.metadata.get("negatable")
+        names = names_of(f) + ([f"--no-{f.name.replace('_', '-')}"] if negatable else [])
         listed = typing.get_origin(hints[f.name]) is tuple  # a comma-separated list: its help says so
         value = f.metadata.get("metavar") or ("" if listed else "|".join(map(str, choices_of(hints[f.name]))))
         names[-1] += f" {value}" if value else ""

@@ -9,7 +9,8 @@ gives `--beta FLOAT` with that help and default. The rest follows from the field
 - the flag is the field's name with dashes (`step_weight` -> `--step-weight`); metadata
   `short` adds a one-letter alias (`-m`), `metavar` names the value in the help;
 - a field without a default is a required option;
-- a bool that defaults to True is `--name/--no-name`, one that defaults to False is `--name`;
+- a bool that defaults to True is `--name/--no-name`, one that defaults to False is `--name`
+  (`--name/--no-name` too with metadata `negatable`);
 - a field typed `Literal[...]` is a choice: `--help` and shell completion list its values;
 - a `tuple[str, ...]` (or of a `Literal`) is given as a comma-separated list (`--compare grpo,gaca`);
 - int and float values that do not parse are usage errors that quote the value;
@@ -91,7 +92,7 @@ def _parameter(field: dataclasses.Field, hint: Any) -> inspect.Parameter:
     default = ... if field.default is dataclasses.MISSING else field.default
     extra: dict[str, Any] = {}
     decls = names_of(field)
-    if hint is bool and default is True:
+    if hint is bool and (default is True or meta.get("negatable")):
         decls[-1] += f"/--no-{decls[-1][2:]}"
     if _is_str_tuple(hint):
         hint = str | None

@@ -1,1 +1,1 @@
-"""The maths: estimator config, GRPO / GiGPO / GACA, step groups, the run summary."""
+"""The maths: estimator config, GRPO / GiGPO / GACA / HGPO, step groups, the run summary."""

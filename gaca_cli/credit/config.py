@@ -15,7 +15,7 @@ EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
 Z_STD_FLOOR = 1e-8  # z_t = 0 where the scope's population std is below this
 
 
-Method = typing.Literal["grpo", "gigpo", "gaca"]
+Method = typing.Literal["grpo", "gigpo", "gaca", "hgpo"]
 METHODS: tuple[Method, ...] = typing.get_args(Method)  # the keys of estimators.ESTIMATORS (a test checks it)
 Norm = typing.Literal["std", "mean"]
 EpisodeStats = typing.Literal["trajectories", "steps"]
@@ -36,7 +36,7 @@ class AdvantagesConfig:
         default=None,
         metadata={
             "help": "Normalise by std, or only subtract the mean, at both levels.",
-            "default_text": "std (grpo), mean (gigpo, gaca)",
+            "default_text": "std (grpo, hgpo), mean (gigpo, gaca)",
         },
     )
     step_weight: float = field(
@@ -49,7 +49,7 @@ class AdvantagesConfig:
     anchor_similarity: float | None = field(
         default=None,
         metadata={
-            "only": ("method", ("gigpo", "gaca")),
+            "only": ("method", ("gigpo", "gaca", "hgpo")),
             "help": "θ in (0, 1): merge anchors with 2·LCS/(|a|+|b|) ≥ θ.",
             "default_text": "exact",
         },
@@ -93,6 +93,25 @@ class AdvantagesConfig:
     )
     lambda_min: float = field(default=0.0, metadata={"only": ("method", ("gaca",)), "help": "Lower clip of λ_t."})
     lambda_max: float = field(default=1.0, metadata={"only": ("method", ("gaca",)), "help": "Upper clip of λ_t."})
+    history_length: int = field(
+        default=2,
+        metadata={"only": ("method", ("hgpo",)), "help": "K: history groups match the last 1..K+1 anchors (hgpo)."},
+    )
+    length_weight_alpha: float = field(
+        default=1.0,
+        metadata={
+            "only": ("method", ("hgpo",)),
+            "help": "α: the history group of the last k anchors weighs (k+1)^α (hgpo).",
+        },
+    )
+    base_group: bool = field(
+        default=False,
+        metadata={
+            "only": ("method", ("hgpo",)),
+            "negatable": True,
+            "help": "Add the episode advantage A^E as an item of weight 1 (hgpo).",
+        },
+    )
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, use: str) -> None:
@@ -115,6 +134,16 @@ class AdvantagesConfig:
             )
         if not (math.isfinite(self.epsilon) and self.epsilon >= 0.0):
             bad("epsilon", self.epsilon, "a finite value ≥ 0, e.g. 1e-06")
+        if isinstance(self.history_length, bool) or not (
+            isinstance(self.history_length, int) and self.history_length >= 0
+        ):
+            bad("history_length", self.history_length, "a whole number of past steps ≥ 0, e.g. 2")
+        if not (abs(self.length_weight_alpha) * math.log(self.history_length + 2) < 700):  # (K+2)^α in float64
+            bad(
+                "length_weight_alpha",
+                self.length_weight_alpha,
+                f"an exponent with (K+2)^α finite and > 0 (K = {self.history_length}), e.g. 1",
+            )
         if not (math.isfinite(self.beta) and self.beta >= 0.0):
             bad("beta", self.beta, "a finite value ≥ 0 (0 reproduces gigpo)")
         given = f"(lambda_min {self.lambda_min:g} and lambda_max {self.lambda_max:g} given)"
@@ -138,7 +167,7 @@ class AdvantagesConfig:
     @property
     def normalize_by_std(self) -> bool:
         if self.norm is None:
-            return self.method == "grpo"
+            return self.method in ("grpo", "hgpo")
         return self.norm == "std"
 
     @property

@@ -1,4 +1,4 @@
-"""Advantage estimators: GRPO, GiGPO and GACA (docs/estimators.md).
+"""Advantage estimators: GRPO, GiGPO, GACA and HGPO (docs/estimators.md).
 
 Pure maths on numpy arrays: no files, no printing, no randomness. Every estimator has the
 same signature, `(Rollouts, AdvantagesConfig) -> Advantages`, and `ESTIMATORS` maps method
@@ -21,7 +21,7 @@ follows each such hand-over is the definition.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,6 +66,7 @@ class Advantages:
     step_group_size: np.ndarray | None = None
     nll_z: np.ndarray | None = None
     gaca_weight: np.ndarray | None = None
+    history_groups: np.ndarray | None = None
     diagnostics: dict[str, int] = field(default_factory=dict)
 
 
@@ -377,9 +378,98 @@ def gaca(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
     )
 
 
+def history_group_codes(step_group: np.ndarray, index: TrajectoryIndex, windows: int) -> Iterator[np.ndarray]:
+    """The history groups of windows k = 1..`windows`: two positions share the code of window k
+    when they lie in the same episode group and their last k anchors are equal, step for step
+    (in any trajectories of the group, the same one included); −1 where the trajectory has
+    had fewer than k steps.
+
+    Window 1 is the step group; window k pairs the code of window k − 1 with the step group
+    k − 1 steps back, numbered densely (np.unique). step_group: int64 [N] per position (step
+    order). Yields one int64 [N] per window, per position.
+    """
+    step, window = index.step, step_group
+    yield window
+    for k in range(2, windows + 1):
+        at = np.flatnonzero(step >= k - 1)
+        pair = window[at] * (int(step_group.max()) + 1) + step_group[at - (k - 1)]
+        window = np.full(len(step), -1, dtype=np.int64)
+        window[at] = np.unique(pair, return_inverse=True)[1].reshape(-1)
+        yield window
+
+
+def center_in_groups(values: np.ndarray, codes: np.ndarray, normalize_by_std: bool, eps: float) -> np.ndarray:
+    """HGPO's normalisation within each group: (x − mean) / (std0 + ε), std0 the population
+    std (ddof = 0), or x − mean; exactly 0 where x equals the mean (a singleton, a tie).
+
+    Each group's values are visited in ascending order (`shifted_moments`). values: float64
+    [M]; codes: int64 [M], ≥ 0. Returns float64 [M].
+    """
+    order = np.lexsort((values, codes))
+    count = np.bincount(codes)
+    dev, m2, scale, _, _ = shifted_moments(values[order], count)
+    if normalize_by_std:
+        with np.errstate(all="ignore"):
+            dev = np.where(dev == 0.0, 0.0, dev / (scale * np.sqrt(m2 / count) + eps)[codes[order]])
+    out = np.empty(len(values))
+    out[order] = dev
+    return out
+
+
+def hgpo(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
+    """HGPO, hierarchy-of-groups credit (verl-agent's recipe/hgpo):
+
+        a_{t,k} = norm0(G_t) over the steps of the episode group whose last k anchors equal
+                  step t's, k = 1..K+1 (groups of two or more; norm0 with the population std)
+        A_t     = Σ_i w_i·a_i / (Σ_i w_i + ε)   over the items i with a_i ≠ 0,
+                  w = (k+1)^α for a_{t,k}; with base_group also a_0 = A^E(τ), w_0 = 1
+        A_t     = 0 where no item is non-zero
+
+    The items are added base first, then k ascending. `history_groups`: the number of
+    groups of two or more each step is in. `adv_step` is 0; `adv_episode` A^E with
+    base_group, else 0.
+    """
+    index, n = rollouts.index, rollouts.index.n_rows
+    assert rollouts.step_group is not None, "hgpo needs step groups"
+    rtg = discounted_returns(rollouts.reward, index, config.gamma)
+    total, weight, joined = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+
+    def add(item: np.ndarray, w: float) -> None:  # the non-zero rule
+        used = item != 0.0
+        total[used] += w * item[used]
+        weight[used] += w
+
+    adv_e, diag = np.zeros(n), dict[str, int]()
+    if config.base_group:
+        adv_e, diag = episode_advantage(rollouts, config)
+        add(index.in_step_order(adv_e), 1.0)
+    g, n_groups = index.in_step_order(rtg), 0
+    windows = min(config.history_length + 1, int(index.traj_len.max()) if n else 1)  # none past the longest
+    for k, code in enumerate(history_group_codes(index.in_step_order(rollouts.step_group), index, windows), 1):
+        at = np.flatnonzero(code >= 0)
+        size = np.bincount(code[at])
+        shared = at[size[code[at]] > 1]  # a group of one gives no item
+        item = np.zeros(n)
+        item[shared] = center_in_groups(g[shared], code[shared], config.normalize_by_std, config.epsilon)
+        add(item, float(k + 1) ** config.length_weight_alpha)
+        joined[shared] += 1
+        n_groups += int(np.sum(size > 1))
+    with np.errstate(all="ignore"):
+        adv = np.where(weight > 0.0, total / (weight + config.epsilon), 0.0)
+    diag |= {"history_groups": n_groups, "steps_without_history_group": int(np.sum(joined == 0))}
+    return Advantages(
+        advantage=index.in_file_order(adv),
+        return_to_go=rtg,
+        adv_episode=adv_e,
+        adv_step=np.zeros(n),
+        history_groups=index.in_file_order(joined),
+        diagnostics=diag,
+    )
+
+
 Estimator = Callable[[Rollouts, AdvantagesConfig], Advantages]
 
-ESTIMATORS: dict[str, Estimator] = {"grpo": grpo, "gigpo": gigpo, "gaca": gaca}
+ESTIMATORS: dict[str, Estimator] = {"grpo": grpo, "gigpo": gigpo, "gaca": gaca, "hgpo": hgpo}
 
 
 def _f64(values: np.ndarray) -> np.ndarray:

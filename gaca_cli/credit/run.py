@@ -168,7 +168,7 @@ def compute_advantages(log: Log, config: AdvantagesConfig, row_return: np.ndarra
         episode_reward = _check_row_return(log, index, row_return, config)
     step_group = u = None
     u_source = None
-    if config.method in ("gigpo", "gaca"):
+    if config.method in ("gigpo", "gaca", "hgpo"):
         step_group = step_groups(log, index, config)
     # exact anchor codes give the step-0 warning for free; grpo compares hashes (and confirms)
     exact = step_group if config.anchor_similarity is None else None
@@ -187,11 +187,13 @@ def compute_advantages(log: Log, config: AdvantagesConfig, row_return: np.ndarra
     result = ESTIMATORS[config.method](rollouts, config)
     _check_finite(log, result)
 
-    new_columns: dict[str, pa.Array] = {
-        C.RETURN_TO_GO: pa.array(result.return_to_go),
-        C.ADV_EPISODE: pa.array(result.adv_episode),
-        C.ADV_STEP: pa.array(result.adv_step),
-    }
+    new_columns: dict[str, pa.Array] = {C.RETURN_TO_GO: pa.array(result.return_to_go)}
+    if config.method != "hgpo" or config.base_group:  # hgpo: A^E only as its base group, no A^S
+        new_columns[C.ADV_EPISODE] = pa.array(result.adv_episode)
+    if config.method != "hgpo":
+        new_columns[C.ADV_STEP] = pa.array(result.adv_step)
+    if result.history_groups is not None:
+        new_columns[C.HISTORY_GROUPS] = pa.array(result.history_groups)
     if step_group is not None and result.step_group_size is not None:
         new_columns[C.STEP_GROUP_ID] = pa.array(step_group)
         new_columns[C.STEP_GROUP_SIZE] = pa.array(result.step_group_size)

@@ -17,8 +17,9 @@ _SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16,
 
 
 def summarize(rollouts: Rollouts, result: Advantages, config: AdvantagesConfig, warnings: dict[str, int]) -> dict:
-    """The JSON-ready summary of one run: sizes, mean |A^E| and |ω·A^S|, the step groups' sizes,
-    λ's mean, range and correlation with u, the diagnostics and the warnings' counts."""
+    """The JSON-ready summary of one run: sizes, mean |A^E| and |ω·A^S|, the step groups' sizes
+    (hgpo: the steps by their number of history groups), λ's mean, range and correlation with
+    u, the diagnostics and the warnings' counts."""
     index = rollouts.index
     n = index.n_rows
     order = index.canonical_traj_order
@@ -55,6 +56,10 @@ def summarize(rollouts: Rollouts, result: Advantages, config: AdvantagesConfig, 
         counts = [int(by_size[lo : top + 1 if hi is None else hi + 1].sum()) for lo, hi, _ in _SIZE_BUCKETS]
         summary["steps_by_step_group_size"] = {label: int(c) for (_, _, label), c in zip(_SIZE_BUCKETS, counts)}
         summary["step_signal_share"] = float((n - counts[0]) / n)
+    elif result.history_groups is not None:  # hgpo: steps by the number of history groups they are in
+        joined = np.bincount(result.history_groups)
+        summary["steps_by_history_groups"] = {str(k): int(c) for k, c in enumerate(joined)}
+        summary["step_signal_share"] = float((n - joined[0]) / n) if n else 0.0
     else:
         summary["step_signal_share"] = 0.0
     if with_lam:

@@ -72,6 +72,7 @@ _NUMERIC_OUTPUTS = (
     C.STEP_GROUP_SIZE,
     C.NLL_Z,
     C.GACA_WEIGHT,
+    C.HISTORY_GROUPS,
     C.ADVANTAGE,
 )
 
@@ -444,6 +445,7 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
                 "advantage": get(C.ADVANTAGE, p),
                 "step_group_id": None if sgid is None else finite_int(sgid[p]),
                 "step_group_size": None if size is None else finite_int(size[p]),
+                "history_groups": None if (h := v.get(C.HISTORY_GROUPS)) is None else finite_int(h[p]),
                 "critical": bool(critical[p]),
             }
         )

@@ -101,7 +101,7 @@ def plot_data(a: AnnotatedLog, config: InspectConfig) -> PlotData:
     )
 
 
-METHOD_COLORS = {"grpo": "#7f7f7f", "gigpo": "#1f77b4", "gaca": "#d62728"}
+METHOD_COLORS = {"grpo": "#7f7f7f", "gigpo": "#1f77b4", "gaca": "#d62728", "hgpo": "#2ca02c"}
 ABOVE, BELOW, AT = "#e6a700", "#3b75c4", "#b0b0b0"  # λ above / below / at λ̄ (as in the terminal)
 
 

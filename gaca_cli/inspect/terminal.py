@@ -129,9 +129,13 @@ def params_line(method: str | None, params: dict | None) -> Text:
         line.append("  (no gaca.advantages metadata: parameters unknown)", style="dim")
         return line
     items = [("γ", params.get("gamma")), ("norm", params.get("norm")), ("episode stats", params.get("episode_stats"))]
-    if method in ("gigpo", "gaca"):
+    if method in ("gigpo", "gaca", "hgpo"):
         sim = params.get("anchor_similarity")
-        items += [("ω", params.get("step_weight")), ("anchors", "exact" if sim is None else f"similarity ≥ {sim:g}")]
+        items += [("ω", params.get("step_weight") if method != "hgpo" else None)]
+        items += [("anchors", "exact" if sim is None else f"similarity ≥ {sim:g}")]
+    if method == "hgpo":
+        items += [("K", params.get("history_length")), ("α", params.get("length_weight_alpha"))]
+        items.append(("base group", "A^E" if params.get("base_group") else "none"))
     if method == "gaca":
         items += [
             ("β", params.get("beta")),
@@ -263,7 +267,12 @@ def overview(view: dict) -> RenderableType:
     share = view["step_signal_share"]
     line = Text()
     line.append("steps with a step-level signal ", style="bold")
-    if sizes is None:
+    joined = view.get("history_groups")
+    if joined is not None:
+        line.append(_pct(share))
+        by_count = "  ·  ".join(f"{k}: {n:,}" for k, n in joined.items())
+        line.append(f"  (in a history group of two or more steps; steps by groups joined {by_count})", style="dim")
+    elif sizes is None:
         line.append("none", style="dim")
         why = f"method {view['method']}" if view.get("method") else "no step groups in the file"
         line.append(f"  ({why}: episode-level credit only)", style="dim")
@@ -388,6 +397,7 @@ _STEP_COLUMNS: dict[str, Any] = {
     "action": ("action", {}),
     "anchor": ("anchor", {}),
     "size": ("|S|", {"justify": "right"}),
+    "history": ("|H|", {"justify": "right"}),
     "nll": ("NLL", {"justify": "right"}),
     "z": ("z", {"justify": "right"}),
     "lambda": ("λ", {}),
@@ -430,6 +440,7 @@ def _step_cells(step: dict, columns: Sequence[str], lam_bar: float | None, drop:
         "action": _short(step["action"]),
         "anchor": _anchor(step["anchor"], drop),
         "size": Text("–" if step["step_group_size"] is None else str(step["step_group_size"])),
+        "history": Text("–" if step["history_groups"] is None else str(step["history_groups"])),
         "nll": Text(fmt(step["nll"])),
         "z": Text("–" if step["nll_z"] is None else f"{step['nll_z']:+.2f}"),
         "lambda": lambda_bar(step["lambda"], lam_bar),
@@ -447,6 +458,7 @@ def _available(view: dict, steps: Sequence[dict]) -> dict[str, bool]:
     return {
         "anchor": has("anchor"),
         "size": has("step_group_size"),
+        "history": has("history_groups"),
         "nll": has("nll"),
         "lambda": has("lambda"),
         "adv_episode": has("adv_episode"),
@@ -458,7 +470,7 @@ def _columns(base: Sequence[str], available: dict[str, bool]) -> list[str]:
     return [c for c in base if available.get(c, True) and not (c == "z" and not available["nll"])]
 
 
-def _legend(view: dict, drop: str = "", *, sizes: bool = True, critical: bool = True) -> Text:
+def _legend(view: dict, drop: str = "", *, sizes: bool = True, critical: bool = True, history: bool = False) -> Text:
     pieces: list[Text] = []
     if critical:  # (a file without NLL marks no step critical)
         pieces.append(Text.assemble((CRITICAL_MARK, "yellow"), f" critical: NLL z ≥ {view['critical_threshold_z']:g}"))
@@ -474,6 +486,7 @@ def _legend(view: dict, drop: str = "", *, sizes: bool = True, critical: bool = 
         )
     if sizes:
         pieces.append(Text("|S|: steps sharing the anchor state"))
+    pieces += [Text("|H|: history groups of two or more steps the step is in")] if history else []
     if drop:
         pieces.append(Text(f"anchors shown without their common start {drop.strip()!r}"))
     t = Text("  ·  ").join(pieces)
@@ -512,7 +525,7 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
     parts = _preamble(view, what)
     all_steps = [s for traj in view["trajectories"] for s in traj["steps"]]
     cols = _columns(
-        ["mark", "step", "action", "anchor", "size", "nll", "z", "lambda", "adv_episode", "adv_step", "advantage"],
+        "mark step action anchor size history nll z lambda adv_episode adv_step advantage".split(),
         _available(view, all_steps),
     )
     drop = "" if wide else common_start([s["anchor"] for s in all_steps])
@@ -523,7 +536,7 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
         parts += [Text(), _traj_header(traj), table]
         if traj.get("final_observation"):
             parts.append(Text(f"after the last step: {traj['final_observation']}", style="dim"))
-    parts.append(_legend(view, drop, sizes="size" in cols, critical="z" in cols))
+    parts.append(_legend(view, drop, sizes="size" in cols, critical="z" in cols, history="history" in cols))
     return Group(*parts)
 
 

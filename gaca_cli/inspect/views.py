@@ -140,6 +140,12 @@ def overview(a: AnnotatedLog) -> dict:
     size = v.get(C.STEP_GROUP_SIZE)
     out["step_group_sizes"] = None if size is None else _size_buckets(size)
     out["step_signal_share"] = 0.0 if size is None else float(np.mean(size > 1))
+    joined = v.get(C.HISTORY_GROUPS)  # hgpo: steps by their number of history groups
+    out["history_groups"] = (
+        None if joined is None else {str(k): int(c) for k, c in enumerate(np.bincount(joined.astype(np.int64)))}
+    )
+    if joined is not None:
+        out["step_signal_share"] = float(np.mean(joined > 0))
     critical = a.critical
     out["critical_steps"] = {
         "threshold_z": CRITICAL_Z,

@@ -35,6 +35,7 @@ STEP_GROUP_ID = "step_group_id"
 STEP_GROUP_SIZE = "step_group_size"
 NLL_Z = "nll_z"
 GACA_WEIGHT = "gaca_weight"
+HISTORY_GROUPS = "history_groups"
 ADVANTAGE = "advantage"
 ADV_METHOD = "adv_method"
 
@@ -48,6 +49,7 @@ ADVANTAGES_OUTPUTS = (
     STEP_GROUP_SIZE,
     NLL_Z,
     GACA_WEIGHT,
+    HISTORY_GROUPS,
     ADVANTAGE,
     ADV_METHOD,
 )

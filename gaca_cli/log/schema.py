@@ -121,7 +121,7 @@ INPUT_COLUMNS: tuple[InputColumn, ...] = (
         "text",
         False,
         False,
-        ("advantages:gigpo", "advantages:gaca"),
+        ("advantages:gigpo", "advantages:gaca", "advantages:hgpo"),
         "environment observation at this step, without history",
     ),
     InputColumn(
@@ -129,7 +129,7 @@ INPUT_COLUMNS: tuple[InputColumn, ...] = (
         "key",
         False,
         False,
-        ("advantages:gigpo", "advantages:gaca"),
+        ("advantages:gigpo", "advantages:gaca", "advantages:hgpo"),
         "precomputed state id; wins over anchor_obs",
     ),
     InputColumn(C.DONE, "bool", False, True, (), "true on the last step of a finished trajectory"),
@@ -172,15 +172,25 @@ OUTPUT_COLUMNS: dict[str, tuple[OutputColumn, ...]] = {
         OutputColumn(C.TOKEN_LOGPROBS, "list<float>", (), "per-token log-probabilities (with --token-logprobs)"),
     ),
     "advantages": (
-        OutputColumn(C.RETURN_TO_GO, "double", ("grpo", "gigpo", "gaca"), "discounted return-to-go G_t (Eq. 5)"),
-        OutputColumn(C.ADV_EPISODE, "double", ("grpo", "gigpo", "gaca"), "episode-level advantage A^E (Eq. 3)"),
+        OutputColumn(
+            C.RETURN_TO_GO, "double", ("grpo", "gigpo", "gaca", "hgpo"), "discounted return-to-go G_t (Eq. 5)"
+        ),
+        OutputColumn(
+            C.ADV_EPISODE,
+            "double",
+            ("grpo", "gigpo", "gaca", "hgpo"),
+            "episode-level advantage A^E (Eq. 3); hgpo: with --base-group",
+        ),
         OutputColumn(C.ADV_STEP, "double", ("grpo", "gigpo", "gaca"), "step-level advantage A^S (Eq. 7); 0 for grpo"),
         OutputColumn(C.STEP_GROUP_ID, "int64", ("gigpo", "gaca"), "dense id of the (group_id, anchor) step group"),
         OutputColumn(C.STEP_GROUP_SIZE, "int64", ("gigpo", "gaca"), "number of steps in the step group"),
         OutputColumn(C.NLL_Z, "double", ("gaca",), "standardised criticality z_t"),
         OutputColumn(C.GACA_WEIGHT, "double", ("gaca",), "mixing weight lambda_t"),
-        OutputColumn(C.ADVANTAGE, "double", ("grpo", "gigpo", "gaca"), "final advantage A_t"),
-        OutputColumn(C.ADV_METHOD, "string", ("grpo", "gigpo", "gaca"), "estimator that wrote the row"),
+        OutputColumn(
+            C.HISTORY_GROUPS, "int64", ("hgpo",), "number of history groups of two or more steps the step is in"
+        ),
+        OutputColumn(C.ADVANTAGE, "double", ("grpo", "gigpo", "gaca", "hgpo"), "final advantage A_t"),
+        OutputColumn(C.ADV_METHOD, "string", ("grpo", "gigpo", "gaca", "hgpo"), "estimator that wrote the row"),
     ),
 }
 
@@ -191,6 +201,7 @@ COMMAND_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "advantages:grpo": (),
     "advantages:gigpo": ((C.ANCHOR_KEY, C.ANCHOR_OBS),),
     "advantages:gaca": ((C.ANCHOR_KEY, C.ANCHOR_OBS), (C.NLL_MEAN, C.NLL_SUM, C.BEHAVIOR_LOGPROBS)),
+    "advantages:hgpo": ((C.ANCHOR_KEY, C.ANCHOR_OBS),),
     "score": ((C.PROMPT, C.MESSAGES, C.PROMPT_TOKEN_IDS), (C.ACTION, C.ACTION_TOKEN_IDS)),
     "train-offline": ((C.PROMPT, C.MESSAGES, C.PROMPT_TOKEN_IDS), (C.ACTION, C.ACTION_TOKEN_IDS), (C.ADVANTAGE,)),
     "inspect": ((C.ADVANTAGE,),),

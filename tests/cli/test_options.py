@@ -96,11 +96,11 @@ def test_the_methods_offered_are_the_estimators():
 def test_a_literal_field_is_a_choice_that_help_and_completion_list():
     params = click_params("advantages")
     text = " ".join(runner.invoke(app, ["advantages", "--help"]).stdout.split())
-    assert "-m, --method <grpo|gigpo|gaca>" in text and "--nll-scope <trajectory|group|batch>" in text
+    assert "-m, --method <grpo|gigpo|gaca|hgpo>" in text and "--nll-scope <trajectory|group|batch>" in text
     ctx = typer.main.get_command(app).commands["advantages"].make_context("advantages", ["x"], resilient_parsing=True)
     assert [c.value for c in params["nll_scope"].shell_complete(ctx, "")] == ["trajectory", "group", "batch"]
     assert [c.value for c in params["method"].shell_complete(ctx, "gi")] == ["gigpo"]
-    assert "[default: (std (grpo), mean (gigpo, gaca))]" in text  # metadata default_text
+    assert "[default: (std (grpo, hgpo), mean (gigpo, gaca))]" in text  # metadata default_text
 
 
 @pytest.mark.parametrize("command", CONFIGS)
@@ -177,6 +177,14 @@ INVALID = [
     ("advantages", ["--lambda-max", "0.3"], "--lambda-max", "0.3"),  # below λ̄ = 0.5
     ("advantages", ["--lambda-min", "0.7"], "--lambda-min", "0.7"),  # above λ̄
     ("advantages", ["--lambda-min", "0.6", "--lambda-max", "0.4"], "--lambda-max", "0.4"),
+    ("advantages", ["-m", "hgpo", "--history-length", "-1"], "--history-length", "-1"),
+    ("advantages", ["-m", "hgpo", "--history-length", "1.5"], "--history-length", "1.5"),
+    ("advantages", ["-m", "hgpo", "--length-weight-alpha", "nan"], "--length-weight-alpha", "nan"),
+    ("advantages", ["-m", "hgpo", "--length-weight-alpha", "1000"], "--length-weight-alpha", "1000"),
+    ("advantages", ["-m", "gigpo", "--history-length", "3"], "--history-length", "3"),
+    ("advantages", ["-m", "gaca", "--length-weight-alpha", "2"], "--length-weight-alpha", "2"),
+    ("advantages", ["-m", "grpo", "--base-group"], "--base-group", "True"),
+    ("advantages", ["-m", "hgpo", "--step-weight", "2"], "--step-weight", "2"),
     ("score", ["--model", ""], "--model", "''"),
     ("score", ["--dtype", "f8"], "--dtype", "f8"),
     ("score", ["--device", "gpu"], "--device", "gpu"),

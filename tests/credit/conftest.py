@@ -27,11 +27,12 @@ from gaca_cli.log.reading import read_metadata
 runner = CliRunner()
 
 
-METHODS = ("grpo", "gigpo", "gaca")
+METHODS = ("grpo", "gigpo", "gaca", "hgpo")
 METHOD_COLUMNS = {
     "grpo": {C.RETURN_TO_GO, C.ADV_EPISODE, C.ADV_STEP, C.ADVANTAGE, C.ADV_METHOD},
     "gigpo": {C.RETURN_TO_GO, C.ADV_EPISODE, C.ADV_STEP, C.STEP_GROUP_ID, C.STEP_GROUP_SIZE, C.ADVANTAGE, C.ADV_METHOD},
-    "gaca": set(C.ADVANTAGES_OUTPUTS),
+    "gaca": set(C.ADVANTAGES_OUTPUTS) - {C.HISTORY_GROUPS},
+    "hgpo": {C.RETURN_TO_GO, C.HISTORY_GROUPS, C.ADVANTAGE, C.ADV_METHOD},  # and adv_episode with --base-group
 }
 
 

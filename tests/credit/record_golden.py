@@ -41,6 +41,15 @@ CASES = {
     "gigpo": {"method": "gigpo", "gamma": 0.5},
     "gigpo_std": {"method": "gigpo", "gamma": 0.5, "norm": "std", "step_weight": 0.5},
     "gaca": {"method": "gaca", "gamma": 0.5, "beta": 0.25},
+    "hgpo": {"method": "hgpo", "gamma": 0.5},
+    "hgpo_mean_base": {
+        "method": "hgpo",
+        "gamma": 0.5,
+        "norm": "mean",
+        "base_group": True,
+        "history_length": 1,
+        "length_weight_alpha": 2.0,
+    },
 }
 
 OUTPUT_COLUMNS = ADVANTAGES_OUTPUTS  # every column gaca advantages may write

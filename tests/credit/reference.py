@@ -17,6 +17,8 @@ Readings of docs/estimators.md where it is silent:
 - nll_z is the standardised u_t for every row with a score (0 for rows without); the step-group
   rule (size 1 ⇒ λ_t = λ̄) overrides only the weight, and such rows still count in their
   scope's NLL statistics.
+- hgpo's deviation "equal to 0" is exact: a value equal to its history group's mean, as a
+  rational number.
 - similarity ≥ θ is decided exactly: 2·LCS/(|a|+|b|) as a rational against θ read as the
   decimal the user typed (repr of the float), so 8/10 ≥ 0.8 holds.
 """
@@ -43,6 +45,9 @@ DEFAULTS = {
     "nll_reduce": "mean",
     "lambda_min": 0.0,
     "lambda_max": 1.0,
+    "history_length": 2,
+    "length_weight_alpha": 1.0,
+    "base_group": False,
 }
 
 
@@ -171,7 +176,7 @@ def reference_advantages(rows: list[dict], **params) -> dict[str, list]:
         raise TypeError(f"unknown parameters {sorted(unknown)}")
     p = {**DEFAULTS, **params}
     method = p["method"]
-    by_std = (p["norm"] or ("std" if method == "grpo" else "mean")) == "std"
+    by_std = (p["norm"] or ("std" if method in ("grpo", "hgpo") else "mean")) == "std"
     omega = p["step_weight"]
     columns = set()
     for row in rows:
@@ -234,6 +239,9 @@ def reference_advantages(rows: list[dict], **params) -> dict[str, list]:
         cluster_of = {g: cluster_anchors(a, p["anchor_similarity"]) for g, a in anchors_of_group.items()}
         for i, row in enumerate(rows):
             step_key[i] = (row["group_id"], cluster_of[row["group_id"]][row[anchor_column]])
+    if method == "hgpo":
+        out.update(hgpo_advantages(rows_of_traj, step_key, rtg, adv_episode, p, by_std))
+        return out
     members_of_step_group: dict = {}
     for i, key in enumerate(step_key):
         members_of_step_group.setdefault(key, []).append(i)
@@ -283,6 +291,42 @@ def reference_advantages(rows: list[dict], **params) -> dict[str, list]:
         advantage[i] = (1.0 + omega) * ((1.0 - lam) * adv_episode[i] + lam * adv_step[i])
     out.update(nll_z=nll_z, gaca_weight=weight, advantage=advantage, criticality=u)
     return out
+
+
+def hgpo_advantages(rows_of_traj: dict, step_key: list, rtg: list, adv_episode: list, p: dict, by_std: bool) -> dict:
+    """HGPO (docs/estimators.md) as loops: the history group of window k of step t holds the
+    steps whose last k step keys (episode group and anchor) equal step t's, k = 1..K+1 and
+    k ≤ t + 1. In a group of two or more, a step's item is d = G − mean (exact), divided by
+    (std0 + ε) with --norm std, std0 the population std; d = 0 gives the item 0. The advantage
+    is Σ w·a / (Σ w + ε) over the non-zero items (w = (k+1)^α; with base_group also A^E,
+    w = 1), exact and rounded once; 0 when no item is non-zero."""
+    windows: dict = {}
+    for members in rows_of_traj.values():
+        for t, i in enumerate(members):
+            for k in range(1, min(p["history_length"] + 1, t + 1) + 1):
+                key = (k, tuple(step_key[j] for j in members[t - k + 1 : t + 1]))
+                windows.setdefault(key, []).append(i)
+    items: dict = {i: [] for i in range(len(rtg))}
+    if p["base_group"]:
+        for i in items:
+            items[i].append((1.0, adv_episode[i]))
+    for (k, _), members in windows.items():
+        if len(members) < 2:
+            continue
+        xs = [Fraction(rtg[i]) for i in members]
+        mean = exact_sum(xs) / len(xs)
+        std0 = math.sqrt(float(exact_sum((x - mean) ** 2 for x in xs) / len(xs)))
+        for i, x in zip(members, xs):
+            d = x - mean
+            value = 0.0 if d == 0 else (float(d) / (std0 + EPS) if by_std else float(d))
+            items[i].append((float(k + 1) ** p["length_weight_alpha"], value))
+    advantage, history_groups = [], []
+    for i in range(len(rtg)):
+        used = [(Fraction(w), Fraction(a)) for w, a in items[i] if a != 0.0]
+        total, weight = exact_sum(w * a for w, a in used), exact_sum(w for w, _ in used)
+        advantage.append(float(total / (weight + Fraction(EPS))) if used else 0.0)
+        history_groups.append(len(items[i]) - (1 if p["base_group"] else 0))
+    return {"advantage": advantage, "history_groups": history_groups}
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,6 +479,7 @@ def run_fast(rows: list[dict], **params):
         "step_group_size",
         "nll_z",
         "gaca_weight",
+        "history_groups",
         "advantage",
     ):
         if name in run.table.column_names:

@@ -361,8 +361,9 @@ def test_shuffled_rich_log_matches_its_canonical_order(tmp_path, rich_log, write
         assert_outputs_bit_identical(pq.read_table(out_b), pq.read_table(out_a), outputs_of(method))
         if method != "grpo":  # the warnings are counted (and the same) in both orders
             assert sb["warnings"]["empty_anchors"] == 1 and sb["warnings"]["differing_initial_anchors"] == 1, sb
-    assert sb["criticality_column"] == C.NLL_MEAN  # gaca, the last method run
-    assert sb["lambda"]["corr_with_nll"] is not None
+        if method == "gaca":
+            assert sb["criticality_column"] == C.NLL_MEAN
+            assert sb["lambda"]["corr_with_nll"] is not None
 
 
 def test_library_errors_are_gaca_errors_for_unreadable_input(tmp_path):

@@ -27,7 +27,7 @@ from tests.credit.reference import (
 )
 
 RTOL = 1e-9
-METHODS = ("grpo", "gigpo", "gaca")
+METHODS = ("grpo", "gigpo", "gaca", "hgpo")
 FLOAT_COLUMNS = ("return_to_go", "adv_episode", "adv_step", "nll_z", "gaca_weight", "advantage")
 
 
@@ -37,10 +37,14 @@ def assert_matches(rows, params, scale: dict | None = None):
     fast, _ = run_fast(rows, **params)
     method = params.get("method", "gaca")
     expected = {"return_to_go", "adv_episode", "adv_step", "advantage"}
-    if method != "grpo":
+    if method in ("gigpo", "gaca"):
         expected |= {"step_group_id", "step_group_size"}
     if method == "gaca":
         expected |= {"nll_z", "gaca_weight"}
+    if method == "hgpo":
+        expected = {"return_to_go", "advantage", "history_groups"} | (
+            {"adv_episode"} if params.get("base_group") else set()
+        )
     assert set(fast) == expected, f"columns written for {method}"
     for name in FLOAT_COLUMNS:
         if name not in fast:
@@ -55,9 +59,11 @@ def assert_matches(rows, params, scale: dict | None = None):
             f"{name} differs at rows {bad[:5].tolist()} (params {params}): "
             f"fast {got[bad[:5]].tolist()} vs reference {want[bad[:5]].tolist()}"
         )
-    if method != "grpo":
+    if method in ("gigpo", "gaca"):
         assert same_partition(fast["step_group_id"], ref["step_group_id"]), f"step groups differ ({params})"
         np.testing.assert_array_equal(fast["step_group_size"], ref["step_group_size"])
+    if method == "hgpo":
+        np.testing.assert_array_equal(fast["history_groups"], ref["history_groups"], err_msg=str(params))
     return ref, fast
 
 
@@ -84,6 +90,15 @@ def random_params(rng: random.Random, method: str, rewards: str) -> dict:
         "nll_reduce": rng.choice(["mean", "sum"]),
         "lambda_min": lam_min,
         "lambda_max": lam_max,
+        **(hgpo_params(rng) if method == "hgpo" else {}),
+    }
+
+
+def hgpo_params(rng: random.Random) -> dict:
+    return {
+        "history_length": rng.choice([0, 1, 2, 3, 4]),
+        "length_weight_alpha": rng.choice([0.0, 1.0, 2.0, -0.5, 1.7]),
+        "base_group": rng.random() < 0.5,
     }
 
 
@@ -160,13 +175,48 @@ def test_each_option_matches_reference(method, option):
         assert_matches(rows, {"method": method, **option})
 
 
+HGPO_OPTION_VALUES = [
+    {"history_length": 0},
+    {"history_length": 1},
+    {"history_length": 4},
+    {"length_weight_alpha": 0.0},
+    {"length_weight_alpha": 2.5},
+    {"base_group": True},
+    {"base_group": True, "episode_stats": "steps", "norm": "mean"},
+    {"base_group": True, "history_length": 3, "length_weight_alpha": 2.0, "norm": "std"},
+]
+
+
+@pytest.mark.parametrize("option", HGPO_OPTION_VALUES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_each_hgpo_option_matches_reference(option):
+    for seed, rewards, ids in [(1, "dense", "int"), (2, "sparse", "str"), (3, "ints", "str"), (4, "ints", "int")]:
+        rows = random_rows(200 + seed, rewards=rewards, ids=ids, max_groups=3, max_trajs=5, max_steps=7)
+        assert_matches(rows, {"method": "hgpo", **option})
+
+
+def test_hgpo_history_groups_by_hand():
+    """One group, anchors a b a b / a b b / b a: windows of k = 1..3 anchors (K = 2).
+        k = 1: {a: x0, x2, y0, z1}, {b: x1, x3, y1, y2, z0}
+        k = 2: {ab: x1, x3, y1}, {ba: x2, z1}, {bb: y2} (alone)
+        k = 3: {aba: x2}, {bab: x3}, {abb: y2} (all alone)
+    so the steps are in 1, 2, 2, 2 | 1, 2, 1 | 1, 2 groups of two or more."""
+    anchors = {"x": "abab", "y": "abb", "z": "ba"}
+    rows = [
+        {"group_id": 0, "traj_id": t, "step_idx": s, "reward": float(s + len(t)), "anchor_obs": a}
+        for t, seq in anchors.items()
+        for s, a in enumerate(seq)
+    ]
+    ref, fast = assert_matches(rows, {"method": "hgpo"})
+    assert fast["history_groups"].tolist() == [1, 2, 2, 2, 1, 2, 1, 1, 2]
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_anchor_key_wins_and_episode_reward_is_used(method):
     rows = random_rows(7, anchor_key=True, episode_reward=True, max_groups=3, max_trajs=5)
     ref, fast = assert_matches(rows, {"method": method})
     returns = {r["traj_id"]: r["episode_reward"] for r in rows}
     assert len(set(returns.values())) > 1
-    if method != "grpo":
+    if method in ("gigpo", "gaca"):
         keys = [(r["group_id"], r["anchor_key"]) for r in rows]
         assert same_partition(fast["step_group_id"], keys)
 
@@ -219,7 +269,7 @@ def test_near_constant_returns_keep_their_precision(magnitude, method, norm, epi
             "adv_episode": max(abs(x) for x in ref["adv_episode"]),
             "advantage": max(abs(x) for x in ref["advantage"]),
         }
-        dev_scale["adv_step"] = max(abs(x) for x in ref["adv_step"]) if method != "grpo" else 0.0
+        dev_scale["adv_step"] = max(abs(x) for x in ref["adv_step"]) if method in ("gigpo", "gaca") else 0.0
         assert dev_scale["adv_episode"] > 0
         assert_matches(rows, params, scale=dev_scale)
 

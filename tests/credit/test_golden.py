@@ -227,6 +227,91 @@ def test_gaca():
     )
 
 
+# HGPO: the history groups of the tiny log (two or more steps, per episode group):
+#   window 1 (the step groups): A/start, A/door, B/x as above
+#   window 2: A/(start, door) {a1/1: 1, a3/1: 0}; (start, key), (key, door), B/(x, y) alone
+#   window 3: A/(start, key, door) alone
+HISTORY_GROUPS = [1, 2, 1, 0, 1, 1, 2, 1, 0, 1, 0]
+
+
+def test_hgpo():
+    """HGPO, its defaults: K = 2, α = 1 (window k weighs k + 1), norm std with the population
+    std0, no base group: A_t = Σ w·a / (Σ w + ε) over the step's non-zero items.
+
+    A/start: G = 0.5, 0.5, 0: mean 1/3, deviations +1/6, +1/6, −1/3, std0 = √(1/18) = 0.235702...
+             items ±(1/6, 1/3)/(std0 + ε): +0.7071038, −1.4142076
+    A/door:  G = 1, 2, 0: mean 1, deviations 0 (a1/1: left out), +1, −1, std0 = √(2/3)
+             items ±1/(0.8164966 + ε) = ±1.2247434
+    A/(start, door): G = 1, 0: deviations ±0.5, std0 0.5: ±0.5/(0.5 + ε) = ±0.999998
+    B/x:     G = 1.5, 1: deviations ±0.25, std0 0.25: ±0.25/(0.25 + ε) = ±0.999996
+        a1/0: 2·0.7071038/(2 + ε)                       = 0.7071034
+        a1/1: 3·0.999998/(3 + ε)            (door: 0)   = 0.9999977
+        a2/0: as a1/0; a2/1: no group: 0
+        a2/2: 2·1.2247434/(2 + ε)                       = 1.2247428
+        a3/0: 2·(−1.4142076)/(2 + ε)                    = −1.4142069
+        a3/1: (2·(−1.2247434) + 3·(−0.999998))/(5 + ε)  = −1.0898959
+        b1/0, b2/0: ±2·0.999996/(2 + ε)                 = ±0.9999955
+        b1/1, c1/0: no group: 0
+    """
+    s_start, s_door = math.sqrt(1 / 18), math.sqrt(2 / 3)
+    start, door, pair, x = (1 / 6) / (s_start + EPS), 1 / (s_door + EPS), 0.5 / (0.5 + EPS), 0.25 / (0.25 + EPS)
+    advantage = column(
+        {
+            "a1/0": 2 * start / (2 + EPS),
+            "a1/1": 3 * pair / (3 + EPS),
+            "a2/0": 2 * start / (2 + EPS),
+            "a2/2": 2 * door / (2 + EPS),
+            "a3/0": -4 * start / (2 + EPS),
+            "a3/1": -(2 * door + 3 * pair) / (5 + EPS),
+            "b1/0": 2 * x / (2 + EPS),
+            "b2/0": -2 * x / (2 + EPS),
+        }
+    )
+    assert math.isclose(advantage[6], -1.0898959, rel_tol=1e-7)  # a3/1, as written above
+    check("hgpo", {"return_to_go": RETURN_TO_GO, "history_groups": HISTORY_GROUPS, "advantage": advantage})
+
+
+def test_hgpo_mean_base():
+    """HGPO with --norm mean --base-group --history-length 1 --length-weight-alpha 2: items
+    G − mean of windows 1 (weight 2² = 4) and 2 (weight 3² = 9), and A^E (weight 1, GiGPO's
+    mean-normalised A^E of test_gigpo: a1 0, a2 +1, a3 −1, b1 +1, b2 −1, c1 0); items equal
+    to 0 are left out.
+        a1/0: A^E 0; start +1/6                 → 4·(1/6)/(4 + ε)              = (2/3)/(4 + ε)
+        a1/1: A^E 0; door 0; (start, door) +0.5 → 9·0.5/(9 + ε)                = 4.5/(9 + ε)
+        a2/0: A^E +1; start +1/6                → (1 + 4/6)/(5 + ε)            = (5/3)/(5 + ε)
+        a2/1: A^E +1 alone                      → 1/(1 + ε)
+        a2/2: A^E +1; door +1                   → (1 + 4)/(5 + ε)
+        a3/0: A^E −1; start −1/3                → (−1 − 4/3)/(5 + ε)           = −(7/3)/(5 + ε)
+        a3/1: A^E −1; door −1; (start, door) −0.5 → (−1 − 4 − 4.5)/(14 + ε)    = −9.5/(14 + ε)
+        b1/0: A^E +1; x +0.25                   → (1 + 1)/(5 + ε);  b2/0: −2/(5 + ε)
+        b1/1: A^E +1 alone                      → 1/(1 + ε)
+        c1/0: nothing non-zero                  → 0
+    """
+    advantage = column(
+        {
+            "a1/0": (2 / 3) / (4 + EPS),
+            "a1/1": 4.5 / (9 + EPS),
+            "a2/0": (5 / 3) / (5 + EPS),
+            "a2/1": 1 / (1 + EPS),
+            "a2/2": 5 / (5 + EPS),
+            "a3/0": -(7 / 3) / (5 + EPS),
+            "a3/1": -9.5 / (14 + EPS),
+            "b1/0": 2 / (5 + EPS),
+            "b1/1": 1 / (1 + EPS),
+            "b2/0": -2 / (5 + EPS),
+        }
+    )
+    check(
+        "hgpo_mean_base",
+        {
+            "return_to_go": RETURN_TO_GO,
+            "adv_episode": ADV_E_MEAN,
+            "history_groups": HISTORY_GROUPS,
+            "advantage": advantage,
+        },
+    )
+
+
 def check(case: str, by_hand: dict):
     """Code vs the hand-computed columns, and code vs the recorded golden file."""
     import tempfile
@@ -247,11 +332,14 @@ def check(case: str, by_hand: dict):
     method = params["method"]
     written = set(code)
     expected_columns = {"return_to_go", "adv_episode", "adv_step", "advantage", "adv_method"}
-    if method != "grpo":
+    if method in ("gigpo", "gaca"):
         expected_columns |= {"step_group_id", "step_group_size"}
         assert same_partition(code["step_group_id"], STEP_GROUPS)
     if method == "gaca":
         expected_columns |= {"nll_z", "gaca_weight"}
+    if method == "hgpo":
+        expected_columns = {"return_to_go", "history_groups", "advantage", "adv_method"}
+        expected_columns |= {"adv_episode"} if params.get("base_group") else set()
     assert written == expected_columns
     assert code["adv_method"] == [method] * len(TINY_LOG)
     # (b) the recorded file
@@ -262,7 +350,7 @@ def check(case: str, by_hand: dict):
     for name, recorded in golden["columns"].items():
         if name == "adv_method":
             assert code[name] == recorded
-        elif name in ("step_group_id", "step_group_size"):
+        elif name in ("step_group_id", "step_group_size", "history_groups"):
             assert code[name] == recorded, name
         else:
             np.testing.assert_allclose(

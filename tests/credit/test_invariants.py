@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from gaca_cli.errors import GacaError
 from tests.credit.reference import random_rows, run_fast, same_partition
 
-METHODS = ("grpo", "gigpo", "gaca")
+METHODS = ("grpo", "gigpo", "gaca", "hgpo")
 FLOATS = ("return_to_go", "adv_episode", "adv_step", "nll_z", "gaca_weight", "advantage")
 # derandomize: the same examples on every run (tests must be deterministic); no example database
 HYPOTHESIS = settings(
@@ -41,6 +41,15 @@ def params_for(rng: random.Random, method: str) -> dict:
         "beta": rng.choice([0.0, 0.1, 0.7]),
         "nll_scope": rng.choice(["trajectory", "group", "batch"]),
         "nll_reduce": rng.choice(["mean", "sum"]),
+        **(
+            {
+                "history_length": rng.choice([0, 1, 2, 4]),
+                "length_weight_alpha": rng.choice([0.0, 1.0, 2.0]),
+                "base_group": rng.random() < 0.5,
+            }
+            if method == "hgpo"
+            else {}
+        ),
     }
 
 
@@ -50,7 +59,7 @@ def by_key(rows, out) -> dict:
     return {name: values[order] for name, values in out.items()}
 
 
-def assert_bit_equal(a: dict, b: dict, names=FLOATS + ("step_group_size",)):
+def assert_bit_equal(a: dict, b: dict, names=FLOATS + ("step_group_size", "history_groups")):
     for name in names:
         if name in a or name in b:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name, strict=True)
@@ -79,7 +88,7 @@ def test_row_shuffle_changes_nothing(method, seed):
     out2, _ = run_fast(shuffled, **params)
     a, b = by_key(rows, out), by_key(shuffled, out2)
     assert_bit_equal(a, b)
-    if method != "grpo":
+    if method in ("gigpo", "gaca"):
         np.testing.assert_array_equal(a["step_group_id"], b["step_group_id"])
 
 
@@ -107,7 +116,7 @@ def test_renaming_ids_changes_no_value(method, seed):
     out, _ = run_fast(rows, **params)
     out2, _ = run_fast(renamed, **params)  # same row order: arrays align directly
     assert_bit_equal(out, out2)
-    if method != "grpo":
+    if method in ("gigpo", "gaca"):
         assert same_partition(out["step_group_id"], out2["step_group_id"])
 
 
@@ -156,7 +165,7 @@ def test_hypothesis_shuffle_and_rename(rows, method, seed):
     renamed = rename_ids(rows, random.Random(seed))
     out3, _ = run_fast(renamed, **params)
     assert_bit_equal(out, out3)
-    if method != "grpo":
+    if method in ("gigpo", "gaca"):
         assert same_partition(out["step_group_id"], out3["step_group_id"])
 
 
@@ -193,6 +202,35 @@ def test_omega_zero_gigpo_is_grpo(seed, norm):
     assert np.all(grpo["adv_step"] == 0.0)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_hgpo_of_one_window_is_the_step_signal(seed):
+    """K = 0 with mean normalisation and no base group: one item, G_t − mean over the step
+    group, so A_t = w·A^S / (w + ε), w = 2^α, with GiGPO's A^S (0 for groups of one or of
+    equal returns, which HGPO leaves out), to an ulp or two."""
+    rows, params = case(seed, "hgpo")
+    params.update(history_length=0, norm="mean", base_group=False, anchor_similarity=None)
+    hgpo, _ = run_fast(rows, **params)
+    gigpo, _ = run_fast(rows, **{**params, "method": "gigpo"})
+    w = 2.0 ** params["length_weight_alpha"]
+    np.testing.assert_allclose(hgpo["advantage"], w * gigpo["adv_step"] / (w + 1e-6), rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(hgpo["history_groups"], (gigpo["step_group_size"] > 1).astype(np.int64))
+
+
+def test_hgpo_steps_alone_in_every_history_group_get_the_episode_signal():
+    """With --base-group a step in no history group of two or more has the single item A^E
+    (weight 1): A_t = A^E / (1 + ε); without it, 0. α changes neither."""
+    n_alone = 0
+    for seed in SEEDS:
+        rows, params = case(seed, "hgpo", max_groups=3, max_trajs=5)
+        for base in (True, False):
+            out, _ = run_fast(rows, **{**params, "base_group": base})
+            alone = out["history_groups"] == 0
+            want = out["adv_episode"][alone] / (1 + 1e-6) if base else 0.0
+            np.testing.assert_array_equal(out["advantage"][alone], want)
+            n_alone += int(alone.sum())
+    assert n_alone > 20
+
+
 # ---------------------------------------------------------------- reward transformations
 
 
@@ -206,6 +244,8 @@ def test_constant_on_last_rewards_of_a_group_changes_no_adv_episode(method, seed
     rng = random.Random(seed)
     dyadic = seed % 2 == 0
     rows, params = case(seed, method, rewards="ints" if dyadic else "dense", episode_reward=False)
+    if method == "hgpo":
+        params["base_group"] = True  # its A^E
     length = {}
     for r in rows:
         length[r["traj_id"]] = max(length.get(r["traj_id"], 0), r["step_idx"] + 1)
@@ -244,7 +284,7 @@ def test_scaling_rewards(seed, method, k):
     a, _ = run_fast(rows, **params)
     b, _ = run_fast(scaled, **params)
     exact = k in (2.0, 0.25)
-    by_std = (params["norm"] or ("std" if method == "grpo" else "mean")) == "std"
+    by_std = (params["norm"] or ("std" if method in ("grpo", "hgpo") else "mean")) == "std"
 
     def check(name, expected):
         got = b[name]
@@ -256,9 +296,12 @@ def test_scaling_rewards(seed, method, k):
 
     check("return_to_go", a["return_to_go"] * k)
     for name in ("adv_episode", "adv_step", "advantage"):
-        if by_std:
+        if name not in a:
+            continue
+        if by_std:  # hgpo: smaller groups (windows), population std: ε/s up to 1e-3
             scale = float(np.abs(a[name]).max())
-            np.testing.assert_allclose(b[name], a[name], rtol=1e-4, atol=1e-9 * scale, err_msg=name)
+            rtol = 1e-3 if method == "hgpo" else 1e-4
+            np.testing.assert_allclose(b[name], a[name], rtol=rtol, atol=1e-9 * scale, err_msg=name)
         else:
             check(name, a[name] * k)
     if method == "gaca":

@@ -137,7 +137,7 @@ def test_plot_writes_a_png(annotated, tmp_path):
 def test_plot_data_follows_the_selection(annotated):
     a = load_annotated([annotated])
     data = plot_data(a, InspectConfig(group="task-05"))
-    assert data.traj_id == "task-05/r0" and list(data.advantages) == ["grpo", "gigpo", "gaca"]
+    assert data.traj_id == "task-05/r0" and list(data.advantages) == ["grpo", "gigpo", "gaca", "hgpo"]
     np.testing.assert_array_equal(data.advantages["gaca"], a.values[C.ADVANTAGE])
     assert not data.weight_recomputed
     data = plot_data(a, InspectConfig(compare=("gigpo", "gaca")))
@@ -362,8 +362,8 @@ def test_a_figure_that_cannot_be_written_names_plot(annotated, tmp_path):
 @pytest.mark.parametrize(
     "drop,suggested",
     [
-        ((), "grpo,gigpo,gaca"),
-        (("behavior_logprobs",), "grpo,gigpo"),  # no NLL: gaca cannot be recomputed
+        ((), "grpo,gigpo,gaca,hgpo"),
+        (("behavior_logprobs",), "grpo,gigpo,hgpo"),  # no NLL: gaca cannot be recomputed
         (("anchor_obs",), None),  # grpo alone: nothing to compare with
     ],
     ids=["all", "no-nll", "no-anchors"],

@@ -406,6 +406,9 @@ def test_metadata_records_version_method_and_every_parameter(tmp_path, example_l
         "similarity_metric": "lcs",
         "similarity_order": "sorted",
         "singleton_groups": "zero",
+        "history_length": 2,
+        "length_weight_alpha": 1.0,
+        "base_group": False,
     }
 
 
