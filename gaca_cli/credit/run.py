@@ -154,10 +154,15 @@ def step_groups(log: Log, index: TrajectoryIndex, config: AdvantagesConfig) -> n
 
 
 def compute_advantages(log: Log, config: AdvantagesConfig) -> AdvantagesRun:
-    """Check the log, run the configured estimator, and build the output table."""
+    """Check the log, run the configured estimator, and build the output table: with the
+    numpy code or its compiled twins, chosen once for the run (gaca_cli.credit._compiled)."""
+    with _compiled.chosen(log.table.num_rows) as kernels:
+        return _compute(log, config, compiled=kernels is not None)
+
+
+def _compute(log: Log, config: AdvantagesConfig, compiled: bool) -> AdvantagesRun:
     # file order: gathers between the file and the index stay local in memory; nothing in the
     # results depends on it (sums run in value or canonical order)
-    compiled = _compiled.wanted(log.table.num_rows)
     index, warnings = prepare_log(
         log, f"advantages:{config.method}", canonical=False, anchor_warnings=False, compiled=compiled
     )
