@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -37,7 +38,7 @@ ENV = "GACA_KERNELS"
 
 _ACTIVE: ContextVar[ModuleType | None] = ContextVar("gaca_kernels", default=None)
 _LOCK = threading.Lock()
-_filling: list[subprocess.Popen] = []  # the background compilation this process started
+_filling: list[subprocess.Popen] = []  # the background compilations this process started
 
 
 def wanted(n_rows: int) -> bool:
@@ -61,20 +62,31 @@ def usable(n_rows: int) -> ModuleType | None:
     with _LOCK:
         if os.environ.get(ENV) == "1" or _kernels.cached():
             return _kernels
-        if not _filling:
-            code = "from gaca_cli.credit import _kernels; _kernels.warm_up()"
-            path = os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
-            _filling.append(
-                subprocess.Popen(  # noqa: S603 - this interpreter, a fixed program
-                    [sys.executable, "-c", code],
-                    env={**os.environ, "PYTHONPATH": path},
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,  # outlives this run; a Ctrl-C in the terminal spares it
-                )
-            )
+        _fill_cache(Path(_kernels.ENTRY_POINTS[0].stats.cache_path) / "gaca-compiling")
     return None
+
+
+def _fill_cache(marker: Path) -> None:
+    """Start a background process that compiles the kernels into numba's cache, unless one
+    started in the last ten minutes (this run's or another's: `marker`, beside the cache)."""
+    with contextlib.suppress(OSError):
+        if time.time() - marker.stat().st_mtime < 600:
+            return
+    with contextlib.suppress(OSError):
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    code = "from gaca_cli.credit import _kernels; _kernels.warm_up()"
+    path = os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
+    _filling.append(
+        subprocess.Popen(  # noqa: S603 - this interpreter, a fixed program
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONPATH": path},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this run; a Ctrl-C in the terminal spares it
+        )
+    )
 
 
 @contextlib.contextmanager

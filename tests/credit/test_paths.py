@@ -164,11 +164,13 @@ def test_the_path_is_chosen_once_per_run(monkeypatch):
 
 
 COLD_CACHE = """
-import sys, time
+import subprocess, sys
 from gaca_cli.credit import _compiled, _kernels
 assert not _kernels.cached()
 assert _compiled.usable(10**7) is None  # cold: numpy for this run, the cache filled meanwhile
 assert _compiled.usable(10**7) is None and len(_compiled._filling) == 1  # started once
+other_run = "from gaca_cli.credit import _compiled; print(_compiled.usable(10**7), len(_compiled._filling))"
+assert subprocess.run([sys.executable, "-c", other_run], capture_output=True, text=True).stdout.split() == ["None", "0"]
 fill = _compiled._filling[0]
 if sys.argv[1] == "stop":
     fill.kill()
@@ -188,7 +190,8 @@ def cold_cache_run(tmp_path, how: str) -> None:
 def test_a_cold_cache_runs_numpy_and_is_filled_in_the_background(tmp_path):
     """Without the kernels' machine code in numba's cache a large log is computed with numpy
     (compiling would cost far more than it saves) and one background process is started to
-    compile them; stopped here at once (the slow test below lets it finish)."""
+    compile them, one for all the runs meanwhile; stopped here at once (the slow test below
+    lets it finish)."""
     cold_cache_run(tmp_path, "stop")
 
 
