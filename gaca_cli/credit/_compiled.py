@@ -67,15 +67,16 @@ def usable(n_rows: int) -> ModuleType | None:
 
 
 def _fill_cache(marker: Path) -> None:
-    """Start a background process that compiles the kernels into numba's cache, unless one
-    started in the last ten minutes (this run's or another's: `marker`, beside the cache)."""
+    """Start a background process (lowest priority) that compiles the kernels into numba's cache,
+    unless one started in the last ten minutes (this run's or another's: `marker`, beside the
+    cache)."""
     with contextlib.suppress(OSError):
         if time.time() - marker.stat().st_mtime < 600:
             return
     with contextlib.suppress(OSError):
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
-    code = "from gaca_cli.credit import _kernels; _kernels.warm_up()"
+    code = "import os; hasattr(os, 'nice') and os.nice(19); from gaca_cli.credit import _kernels; _kernels.warm_up()"
     path = os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
     _filling.append(
         subprocess.Popen(  # noqa: S603 - this interpreter, a fixed program
