@@ -449,7 +449,9 @@ def wait_for_cache(tree: Path, cache: Path, timeout_s: float = 900.0) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree), "NUMBA_CACHE_DIR": str(cache)}
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
-        done = subprocess.run([sys.executable, "-c", CACHE_FILLED], env=env, capture_output=True, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", CACHE_FILLED], env=env, cwd=cache.parent, capture_output=True, check=False
+        )
         if done.returncode == 0 or b"ImportError" in done.stderr:
             return time.perf_counter() - t0
         time.sleep(2.0)
@@ -470,8 +472,8 @@ def first_run(args: argparse.Namespace, sizes: list[int], methods: list[str]) ->
             for method in methods:
                 runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
                 for rep in range(args.repeat):
-                    for name, tree in trees:
-                        cache = work / f"numba-{name.replace(' ', '-')}-{rows}-{method}-{rep}"
+                    for k, (name, tree) in enumerate(trees):
+                        cache = work / f"numba-{k}-{rows}-{method}-{rep}"
                         cells = [("first", {"NUMBA_CACHE_DIR": str(cache)})]
                         cells += [("warm", {"NUMBA_CACHE_DIR": str(cache)}), ("numpy", {"GACA_KERNELS": "0"})]
                         for cell, env in cells:
