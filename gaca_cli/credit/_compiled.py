@@ -74,8 +74,7 @@ def _fill_cache(marker: Path) -> None:
         if time.time() - marker.stat().st_mtime < 600:
             return
     with contextlib.suppress(OSError):
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
+        marker.touch()  # (numba made its cache's folder when it looked for it)
     code = "import os, sys; sys.stdin.read(); hasattr(os, 'nice') and os.nice(19); import gaca_cli.credit._kernels as k; k.warm_up()"
     path = os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
     _filling.append(
