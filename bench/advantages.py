@@ -53,6 +53,7 @@ is the steadier figure, and the ratios are given for both.
     python bench/advantages.py --against 595808a --rows 1000000 --repeat 5 --cli   # and the CLI, both trees
     python bench/advantages.py --against 595808a --held-anchors --rows 1000000,10000000 --repeat 2
     python bench/advantages.py --paths --no-baseline --rows 30000,100000,300000,1000000 --methods gaca
+    python bench/advantages.py --first-run --against main --rows 1000000 --methods gaca --repeat 3
 """
 
 from __future__ import annotations
@@ -435,6 +436,74 @@ def profile(log_path: Path, methods: list[str], top: int) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- first run
+
+
+CACHE_FILLED = "from gaca_cli.credit._kernels import cached; raise SystemExit(0 if cached() else 1)"
+
+
+def wait_for_cache(tree: Path, cache: Path, timeout_s: float = 900.0) -> float:
+    """Wait until numba's cache `cache` holds every kernel of `tree` (filled by the background
+    compilation a cold first run starts), so that it does not run beside the next
+    measurement; returns the seconds waited. A tree without `cached` fills it in the run."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "NUMBA_CACHE_DIR": str(cache)}
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout_s:
+        done = subprocess.run(
+            [sys.executable, "-c", CACHE_FILLED], env=env, cwd=cache.parent, capture_output=True, check=False
+        )
+        if done.returncode == 0 or b"ImportError" in done.stderr:
+            return time.perf_counter() - t0
+        time.sleep(2.0)
+    raise SystemExit(f"numba's cache {cache} was not filled within {timeout_s:.0f} s")
+
+
+def first_run(args: argparse.Namespace, sizes: list[int], methods: list[str]) -> int:
+    """The real `gaca advantages` command as a new install runs it: numba's cache empty (a new
+    NUMBA_CACHE_DIR), then again with the cache filled, and with the numpy code forced
+    (GACA_KERNELS=0); for this tree and, with --against, the code of REV, alternating."""
+    trees = [("this", ROOT)] + ([(f"base {args.against}", worktree(args.against))] if args.against else [])
+    rows_out: list[tuple[int, str, str, dict[str, float]]] = []
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.data_dir, prefix="first-") as tmp:
+        work = Path(tmp)
+        for rows in sizes:
+            path = synth.ensure_log(rows, data_dir=args.data_dir, order=args.order)
+            for method in methods:
+                runs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+                for rep in range(args.repeat):
+                    for k, (name, tree) in enumerate(trees):
+                        cache = work / f"numba-{k}-{rows}-{method}-{rep}"
+                        cells = [("first", {"NUMBA_CACHE_DIR": str(cache)})]
+                        cells += [("warm", {"NUMBA_CACHE_DIR": str(cache)}), ("numpy", {"GACA_KERNELS": "0"})]
+                        for cell, env in cells:
+                            m = measure("cli", path, method, rows, work, tree=tree, env=env)
+                            runs.setdefault((name, cell), []).append((m.total_s, m.extra["cpu_s"]))
+                            print(
+                                f"  {name:12s} {cell:6s} {method:5s} {rows:>11,} rows: {m.total_s:6.2f} s",
+                                file=sys.stderr,
+                            )
+                            if cell == "first":
+                                waited = wait_for_cache(tree, cache)
+                                print(f"  {'':12s} (cache filled {waited:.0f} s later)", file=sys.stderr, flush=True)
+                for name, _ in trees:
+                    for i, unit in enumerate(("wall", "cpu")):
+                        cells = {c: sorted(r[i] for r in runs[(name, c)]) for c in ("first", "warm", "numpy")}
+                        rows_out.append((rows, method, f"{name} {unit}", {c: v[len(v) // 2] for c, v in cells.items()}))
+    print(f"`gaca advantages LOG --method M -o OUT --json`, seconds, median of {args.repeat} (a shared machine):")
+    print(
+        f"{'rows':>11} {'method':6} {'code':19} {'first':>7} {'warm':>7} {'numpy':>7} {'first/warm':>10} {'first/numpy':>11}"
+    )
+    for rows, method, name, med in rows_out:
+        print(
+            f"{rows:>11,} {method:6} {name:19} {med['first']:7.2f} {med['warm']:7.2f} {med['numpy']:7.2f} "
+            f"{med['first'] / med['warm']:9.2f}× {med['first'] / med['numpy']:10.2f}×"
+        )
+    print("first: numba's cache empty, as after an install; warm: the cache filled; numpy: GACA_KERNELS=0;")
+    print("cpu: user + system of the command's process (not of the compilation it leaves in the background).")
+    return 0
+
+
 # ----------------------------------------------------------------------------- report
 
 
@@ -618,6 +687,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell; the table shows the median")
     parser.add_argument(
+        "--first-run",
+        action="store_true",
+        help="instead of the benchmark: time the command with numba's cache empty (a new install), "
+        "filled, and with the numpy code forced, for this tree and --against REV",
+    )
+    parser.add_argument(
         "--held-anchors",
         action="store_true",
         help="time the compute phase alone, the anchor column read and held in memory beforehand "
@@ -635,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--methods: unknown {', '.join(sorted(unknown))}; use grpo, gigpo, gaca")
 
     print(f"machine: {machine_text()}", flush=True)
+    if args.first_run:
+        return first_run(args, sizes, methods)
     if args.profile:
         return profile(synth.ensure_log(sizes[0], data_dir=args.data_dir, order=args.order), methods, args.top)
     against = f"the code at {args.against}" if args.against else f"per-row, {args.baseline_style} style"
@@ -760,7 +837,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def worktree(rev: str) -> Path:
     """A detached git worktree of `rev` under the temporary directory, made once and reused
-    (bench/startup.py uses it too)."""
+    (bench/startup.py uses it too); `rev` may also name a directory holding a checkout."""
+    if (Path(rev) / "gaca_cli").is_dir():
+        return Path(rev).resolve()
     sha = subprocess.run(
         ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -9,39 +9,58 @@ its numpy definition, bit for bit. What the loops buy: no sort where the numpy c
 (step groups by hash, values ordered within small groups by insertion), no full-array
 temporaries, and walks through `rows` instead of gathers.
 
-Kernels that walk trajectories take `rows`: the rows of each trajectory in step order,
-trajectories one after another (TrajectoryIndex.order; empty when it is the identity), with
-each trajectory's `traj_start` and `traj_len` in it. They are compiled on first use and cached
-next to this file (or in numba's user cache when that is not writable); `warm_up` loads them.
+Kernels that walk trajectories take the row index as one argument (`Index`). Each is
+compiled for one signature (arrays contiguous and writable: numba types read-only arrays
+apart) and cached next to this file (or in numba's user cache when that is not writable):
+`warm_up` compiles or loads them all, `cached` tells whether the cache holds them.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import numpy as np
 from numba import njit
 
 from gaca_cli.log._kernels import counts_and_starts, trajectory_index
+from gaca_cli.log.index import TrajectoryIndex
 
 _SMALL = 24  # groups up to this size are sorted by insertion (no allocation)
 
 jit = njit(cache=True, nogil=True, error_model="numpy")
 
 
-@jit
-def discounted_returns(
-    reward: np.ndarray, rows: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, gamma: float
-) -> np.ndarray:
-    """estimators.discounted_returns: G_t = r_t + γ·G_{t+1} backwards within each trajectory,
-    G = r at its last step.
+class Index(NamedTuple):
+    """The row index (TrajectoryIndex) as the kernels take it, int64 arrays. rows [N]: the rows
+    of each trajectory in step order, trajectories one after another (empty: the file's order);
+    start, length, group [T]: each trajectory's place in `rows`, its steps, its episode group;
+    row_traj [N]: each row's trajectory; walk [T], group_rank [G]: TrajectoryIndex.group_walk."""
 
-    reward: float64 [N] per row; rows: int64 [N] the rows of each trajectory in step order,
-    trajectories one after another (empty: the rows are already in that order); traj_start,
-    traj_len: int64 [T] positions in `rows`. Returns float64 [N] per row."""
+    rows: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    group: np.ndarray
+    row_traj: np.ndarray
+    walk: np.ndarray
+    group_rank: np.ndarray
+
+    @classmethod
+    def of(cls, index: TrajectoryIndex) -> Index:
+        walk = index.group_walk if index.n_traj else (index.traj_start, index.traj_start)  # (none: empty)
+        arrays = (index.rows_or_empty, index.traj_start, index.traj_len, index.traj_group, index.row_traj, *walk)
+        return cls(*(np.require(a, np.int64, ("C", "W")) for a in arrays))
+
+
+@jit
+def discounted_returns(reward: np.ndarray, index: Index, gamma: float) -> np.ndarray:
+    """estimators.discounted_returns: G_t = r_t + γ·G_{t+1} backwards within each trajectory,
+    G = r at its last step. reward: float64 [N] per row. Returns float64 [N] per row."""
+    rows = index.rows
     identity = len(rows) == 0
     out = np.empty_like(reward)
-    for t in range(len(traj_start)):
-        a = traj_start[t]
-        k = a + traj_len[t] - 1
+    for t in range(len(index.start)):
+        a = index.start[t]
+        k = a + index.length[t] - 1
         r = k if identity else rows[k]
         g = reward[r]
         out[r] = g
@@ -212,59 +231,50 @@ def scatter_normalized(
 
 
 @jit
-def group_end(walk: np.ndarray, traj_group: np.ndarray, traj_len: np.ndarray, i: int) -> tuple[int, int]:
-    """The episode group that starts at walk[i] (trajectories grouped by episode group): the
-    position after its last trajectory in `walk`, and its number of rows."""
-    g = traj_group[walk[i]]
+def group_end(index: Index, i: int) -> tuple[int, int]:
+    """The episode group that starts at index.walk[i] (trajectories grouped by episode group):
+    the position after its last trajectory in `walk`, and its number of rows."""
+    walk = index.walk
+    g = index.group[walk[i]]
     j = i
     total = 0
-    while j < len(walk) and traj_group[walk[j]] == g:
-        total += traj_len[walk[j]]
+    while j < len(walk) and index.group[walk[j]] == g:
+        total += index.length[walk[j]]
         j += 1
     return j, total
 
 
 @jit
-def largest_group(walk: np.ndarray, traj_group: np.ndarray, traj_len: np.ndarray) -> int:
+def largest_group(index: Index) -> int:
     """The number of rows of the largest episode group (sizes the per-group buffers)."""
     biggest = 0
     i = 0
-    while i < len(walk):
-        i, total = group_end(walk, traj_group, traj_len, i)
+    while i < len(index.walk):
+        i, total = group_end(index, i)
         biggest = max(biggest, total)
     return biggest
 
 
 @jit
 def normalize_step_groups(
-    values: np.ndarray,
-    codes: np.ndarray,
-    n_codes: int,
-    rows: np.ndarray,
-    traj_start: np.ndarray,
-    traj_len: np.ndarray,
-    traj_group: np.ndarray,
-    walk: np.ndarray,
-    normalize_by_std: bool,
-    eps: float,
+    values: np.ndarray, codes: np.ndarray, n_codes: int, index: Index, normalize_by_std: bool, eps: float
 ) -> tuple[bool, np.ndarray, np.ndarray, int, int]:
     """estimators.step_advantage: `normalize_in_groups` over the step groups, one episode group
     at a time, and each row's step-group size: the same values per row, bit for bit, but
     every group's work stays in a few small buffers, so the pass is local in memory.
 
-    Walks the episode groups in the order of `walk` (TrajectoryIndex.group_walk). Each
-    group's codes must lie in a range no wider than its rows, and no code may occur in two
-    groups (both are checked; step groups never span episode groups). values: float64 [N]
-    per row; codes: int64 [N] per row in 0..n_codes−1; rows, traj_*: as `discounted_returns`
-    takes them. Returns (whether the codes were so: else nothing else is valid and the caller
+    Walks the episode groups in the order of `index.walk`. Each group's codes must lie in a
+    range no wider than its rows, and no code may occur in two groups (both are checked; step
+    groups never span episode groups). values: float64 [N] per row; codes: int64 [N] per row
+    in 0..n_codes−1. Returns (whether the codes were so: else nothing else is valid and the caller
     uses `normalize_in_groups`; out float64 [N]; size int64 [N], the rows in each row's step
     group; singleton groups; constant groups of two or more)."""
     n = len(values)
-    n_traj = len(traj_start)
+    rows, walk, traj_start, traj_len = index.rows, index.walk, index.start, index.length
     identity = len(rows) == 0
     out = np.zeros(n)
     size = np.empty(n, dtype=np.int64)
-    biggest = largest_group(walk, traj_group, traj_len)
+    biggest = largest_group(index)
     claimed = np.zeros(n_codes, dtype=np.bool_)
     count = np.zeros(max(biggest, 1), dtype=np.int64)
     shared = np.empty(max(biggest, 1), dtype=np.int64)
@@ -274,8 +284,8 @@ def normalize_step_groups(
     n_singleton = 0
     n_constant = 0
     i = 0
-    while i < n_traj:
-        j, total = group_end(walk, traj_group, traj_len, i)
+    while i < len(walk):
+        j, total = group_end(index, i)
         lo = n_codes
         hi = -1
         for q in range(i, j):
@@ -359,12 +369,11 @@ def standardize_in_scopes(values: np.ndarray, codes: np.ndarray, n_codes: int, f
 
 
 @jit
-def standardize_in_trajectories(
-    values: np.ndarray, rows: np.ndarray, traj_start: np.ndarray, traj_len: np.ndarray, floor: float
-) -> tuple[np.ndarray, int]:
+def standardize_in_trajectories(values: np.ndarray, index: Index, floor: float) -> tuple[np.ndarray, int]:
     """estimators.standardize_in_trajectories: `standardize_in_scopes` with one scope per
-    trajectory, its values visited in step order (`rows`), one trajectory at a time in a small
+    trajectory, its values visited in step order, one trajectory at a time in a small
     buffer. Returns (z float64 [N] per row, trajectories with values whose std0 < floor)."""
+    rows, traj_start, traj_len = index.rows, index.start, index.length
     identity = len(rows) == 0
     z = np.zeros(len(values))
     longest = 1
@@ -395,72 +404,28 @@ def standardize_in_trajectories(
 
 
 @jit
-def gaca_blend(
-    z: np.ndarray,
-    step_group_size: np.ndarray,
-    adv_episode: np.ndarray,
-    adv_step: np.ndarray,
-    gigpo_advantage: np.ndarray,
-    lam_bar: float,
-    beta: float,
-    lam_min: float,
-    lam_max: float,
-    omega: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """estimators.gaca_blend in one pass, the float operations of its numpy form:
-        λ = clip(λ̄ + β·z, λ_min, λ_max), λ̄ where the step group is a singleton;
-        A = A_gigpo + ((1 + ω)·(λ − λ̄))·(A^S − A^E).
-    Returns (λ, A) float64 [N]."""
-    n = len(z)
-    lam = np.empty(n)
-    adv = np.empty(n)
-    weight = 1.0 + omega
-    for i in range(n):
-        x = lam_bar + beta * z[i]
-        if x < lam_min:  # np.clip: maximum(x, λ_min), then minimum(·, λ_max)
-            x = lam_min
-        if x > lam_max:
-            x = lam_max
-        if step_group_size[i] == 1:
-            x = lam_bar
-        lam[i] = x
-        adv[i] = gigpo_advantage[i] + (weight * (x - lam_bar)) * (adv_step[i] - adv_episode[i])
-    return lam, adv
-
-
-@jit
-def step_groups_by_hash(
-    hashes: np.ndarray,
-    rows: np.ndarray,
-    traj_start: np.ndarray,
-    traj_len: np.ndarray,
-    traj_group: np.ndarray,
-    row_traj: np.ndarray,
-    walk: np.ndarray,
-    group_rank: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_groups_by_hash(hashes: np.ndarray, index: Index) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """step_groups.hash_codes: rows of one episode group with equal hashes share a code,
     numbered by first appearance in canonical order (the step_group_id written out); and the
     pairs of rows to compare exactly.
 
-    The episode groups are taken one at a time, in the order of `walk` (trajectories grouped by
+    The episode groups are taken one at a time, in the order of `index.walk` (trajectories grouped by
     episode group, each group's in canonical order: groups in the order the file holds them,
     so the rows visited stay close in memory). Within a group a small open-addressing table
     (linear probing) finds the code of a hash; codes count from 0 in the group, by first
     appearance in its canonical order; a last pass adds to each group's codes those of the
-    groups before it in canonical order (`group_rank`). The pairs to compare exactly are found
+    groups before it in canonical order (`index.group_rank`). The pairs to compare exactly are found
     on the way: every row of a multi-row code, with the code's first row in file order.
 
-    hashes: uint64 [N] per row; rows: int64 [N] the rows of each trajectory in step order
-    (empty: the identity); traj_start, traj_len, traj_group: int64 [T]; row_traj: int64 [N]
-    trajectory of each row; walk: int64 [T]; group_rank: int64 [G]. Returns (codes int64 [N]
-    per row, pair rows, pair representatives int64 [P])."""
+    hashes: uint64 [N] per row. Returns (codes int64 [N] per row, pair rows, pair
+    representatives int64 [P])."""
     n = len(hashes)
-    n_traj = len(traj_start)
+    rows, walk, traj_start, traj_len, traj_group = index.rows, index.walk, index.start, index.length, index.group
+    group_rank = index.group_rank
     n_groups = len(group_rank)
     identity = len(rows) == 0
     codes = np.empty(n, dtype=np.int64)
-    biggest = largest_group(walk, traj_group, traj_len)
+    biggest = largest_group(index)
     cap = 16
     while cap < 2 * biggest:
         cap *= 2
@@ -473,9 +438,9 @@ def step_groups_by_hash(
     pair_reps = np.empty(n, dtype=np.int64)
     m = 0
     i = 0
-    while i < n_traj:
+    while i < len(walk):
         g = traj_group[walk[i]]
-        j, total = group_end(walk, traj_group, traj_len, i)
+        j, total = group_end(index, i)
         width = 16
         while width < 2 * total:
             width *= 2
@@ -523,18 +488,18 @@ def step_groups_by_hash(
         base[by_rank[r]] = acc
         acc += codes_in_group[by_rank[r]]
     for row in range(n):
-        codes[row] += base[traj_group[row_traj[row]]]
+        codes[row] += base[traj_group[index.row_traj[row]]]
     return codes, pair_rows[:m], pair_reps[:m]
 
 
 @jit
 def trajectory_sums(
-    x: np.ndarray, u: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray, mx: float, mu: float
+    x: np.ndarray, u: np.ndarray, index: Index, mx: float, mu: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """summary.centred_sums: the second pass of the summary's correlation, per trajectory, in
-    step order (`rows`), over the steps where u is not NaN: the sums of (x − mx)², (u − mu)²
-    and (x − mx)(u − mu).
-    Returns three float64 [T] arrays (sxx, suu, sxu)."""
+    step order, over the steps where u is not NaN: the sums of (x − mx)², (u − mu)² and
+    (x − mx)(u − mu). Returns three float64 [T] arrays (sxx, suu, sxu)."""
+    rows, start, length = index.rows, index.start, index.length
     identity = len(rows) == 0
     n_traj = len(start)
     sxx = np.zeros(n_traj)
@@ -559,13 +524,12 @@ def trajectory_summary(
     step_weight: float,
     lam: np.ndarray,
     u: np.ndarray,
-    rows: np.ndarray,
-    start: np.ndarray,
-    length: np.ndarray,
+    index: Index,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """summary.trajectory_sums in one pass, each sum added in step order (`rows`): Σ |A^E|,
+    """summary.trajectory_sums in one pass, each sum added in step order: Σ |A^E|,
     Σ |ω·A^S|, Σ λ, and over the steps where u is not NaN Σ λ, Σ u and their number.
     `lam` and `u` may be empty (no λ: those sums are 0). Returns six float64 [T] arrays."""
+    rows, start, length = index.rows, index.start, index.length
     identity = len(rows) == 0
     with_lam = len(lam) > 0
     n_traj = len(start)
@@ -590,9 +554,10 @@ def trajectory_summary(
 
 
 @jit
-def trajectory_totals(x: np.ndarray, rows: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """estimators.trajectory_totals: per-trajectory sums of x added in step order (`rows`).
+def trajectory_totals(x: np.ndarray, index: Index) -> np.ndarray:
+    """estimators.trajectory_totals: per-trajectory sums of x added in step order.
     Returns float64 [T]."""
+    rows, start, length = index.rows, index.start, index.length
     identity = len(rows) == 0
     out = np.zeros(len(start))
     for t in range(len(start)):
@@ -605,33 +570,43 @@ def trajectory_totals(x: np.ndarray, rows: np.ndarray, start: np.ndarray, length
 
 def warm_up() -> None:
     """Compile (the first time) or load every kernel's machine code, calling each with tiny
-    inputs of the types the library passes. `gaca advantages` runs this in a background
-    thread while it reads the log, so numba's start-up overlaps the read."""
-    f = np.zeros(2)
-    i = np.zeros(2, dtype=np.int64)
-    none = i[:0]
-    start = np.zeros(1, dtype=np.int64)
-    length = np.full(1, 2, dtype=np.int64)
-    # Columns reach some kernels as pyarrow hands them over: read-only when zero-copy (one
-    # chunk), writable when converted or concatenated. numba types the two apart, so both.
-    f_read_only, i_read_only = f.copy(), i.copy()
-    f_read_only.flags.writeable = i_read_only.flags.writeable = False
-    for rewards in (f, f_read_only):
-        discounted_returns(rewards, none, start, length, 0.5)
-        trajectory_totals(rewards, none, start, length)
-    for steps in (i, i_read_only):
-        trajectory_index(i, steps, i, np.zeros(0, dtype=np.bool_), f[:0], 1)
-        trajectory_index(i, steps, i, np.zeros(2, dtype=np.bool_), f, 1)
+    inputs of the types the library passes (`gaca advantages` runs this in a background
+    thread while it reads the log, so that loading overlaps the read)."""
+    f, i, b = np.zeros(2), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.bool_)
+    one = np.zeros(1, dtype=np.int64)
+    index = Index(i[:0], one, np.full(1, 2, dtype=np.int64), one, np.zeros(2, dtype=np.int64), one, one)
+    discounted_returns(f, index, 0.5)
+    trajectory_totals(f, index)
+    trajectory_index(i, i, i, b, f, 1)
     normalize_in_groups(f, i, 1, True, 1e-6)
-    normalize_step_groups(f, i, 1, none, start, length, start, start, True, 1e-6)
+    normalize_step_groups(f, i, 1, index, True, 1e-6)
     standardize_in_scopes(f, i, 1, 1e-8)
-    standardize_in_trajectories(f, none, start, length, 1e-8)
-    gaca_blend(f, i, f, f, f, 0.5, 0.1, 0.0, 1.0, 1.0)
-    hashes = np.zeros(2, dtype=np.uint64)
-    hashes_read_only = hashes.copy()
-    hashes_read_only.flags.writeable = False
-    for h in (hashes, hashes_read_only):  # polars hands hashes over writable, other readers read-only
-        step_groups_by_hash(h, none, start, length, start, i, start, start)
-    trajectory_sums(f, f, none, start, length, 0.0, 0.0)
-    trajectory_summary(f, f, 1.0, f, f, none, start, length)
-    trajectory_summary(f, f, 1.0, f[:0], f[:0], none, start, length)
+    standardize_in_trajectories(f, index, 1e-8)
+    step_groups_by_hash(np.zeros(2, dtype=np.uint64), index)
+    trajectory_sums(f, f, index, 0.0, 0.0)
+    trajectory_summary(f, f, 1.0, f, f, index)
+
+
+ENTRY_POINTS: tuple[Any, ...] = (
+    discounted_returns,
+    trajectory_totals,
+    trajectory_index,
+    normalize_in_groups,
+    normalize_step_groups,
+    standardize_in_scopes,
+    standardize_in_trajectories,
+    step_groups_by_hash,
+    trajectory_sums,
+    trajectory_summary,
+)
+
+
+def cached() -> bool:
+    """Whether numba's cache on disk holds the machine code of every kernel the library calls,
+    for these sources, this numba and this processor (read through numba's cache index, a
+    private interface: a numba that changes it reads as "not cached", and `warm_up` fills it)."""
+    try:
+        magic = ENTRY_POINTS[0].targetctx.codegen().magic_tuple()
+        return all(any(key[1] == magic for key in k._cache._cache_file._load_index()) for k in ENTRY_POINTS)
+    except Exception:  # noqa: BLE001 - an interface that changed, an unreadable index: not cached
+        return False

@@ -13,10 +13,10 @@ Precision. Group statistics use a shifted two-pass algorithm (`shifted_moments`)
 shifted by the group minimum (exact for near-equal values, Sterbenz), the mean of the shifted
 values is taken, and the squared deviations are summed in a second pass.
 
-Large logs. A building block that passes over every row first hands a large log to its
-compiled twin (gaca_cli.credit._kernels, chosen by gaca_cli.credit._compiled), which
-does the same float operations in the same order: the same bits, sooner. The numpy code that
-follows each such hand-over is the definition.
+Large logs. In a run that uses them (chosen once per run by gaca_cli.credit._compiled), a
+building block that passes over every row hands its work to its compiled twin
+(gaca_cli.credit._kernels), which does the same float operations in the same order: the same
+bits, sooner. The numpy code that follows each such hand-over is the definition.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def discounted_returns(reward: np.ndarray, index: TrajectoryIndex, gamma: float)
     a plain loop, for every trajectory at once: pass k sets the k-th step from the end of each
     trajectory longer than k. reward: float64 [N] per row. Returns float64 [N] per row.
     """
-    if kernels := _compiled.kernels(index.n_rows):
-        return kernels.discounted_returns(_f64(reward), index.rows_or_empty, index.traj_start, index.traj_len, gamma)
+    if kernels := _compiled.kernels():
+        return kernels.discounted_returns(_f64(reward), kernels.Index.of(index), gamma)
     r = index.in_step_order(reward)
     g = np.empty_like(r, dtype=np.float64)
     by_length = np.argsort(-index.traj_len, kind="stable")  # longest first
@@ -145,11 +145,11 @@ def normalize_in_groups(
     [M]; codes: int64 [M] in 0..n_codes−1. Returns (float64 [M], number of singleton groups,
     number of constant groups of size ≥ 2).
     """
-    if kernels := _compiled.kernels(len(values)):
-        out, n_singleton, n_constant = kernels.normalize_in_groups(
+    if kernels := _compiled.kernels():
+        out, n_single, n_constant = kernels.normalize_in_groups(
             _f64(values), _i64(codes), n_codes, normalize_by_std, eps
         )
-        return out, int(n_singleton), int(n_constant)
+        return out, int(n_single), int(n_constant)
     order = np.lexsort((values, codes))  # grouped by code, ascending within a group
     group = codes[order]
     count = np.bincount(group, minlength=n_codes)
@@ -176,7 +176,7 @@ def standardize_in_scopes(values: np.ndarray, codes: np.ndarray, n_codes: int) -
     values: float64 [N] (NaN allowed); codes: int64 [N] in 0..n_codes−1. Returns (float64 [N],
     number of scopes with values whose std0 is below the floor).
     """
-    if kernels := _compiled.kernels(len(values)):
+    if kernels := _compiled.kernels():
         z, n_flat = kernels.standardize_in_scopes(_f64(values), _i64(codes), n_codes, Z_STD_FLOOR)
         return z, int(n_flat)
     valid = np.flatnonzero(~np.isnan(values))
@@ -191,10 +191,8 @@ def standardize_in_trajectories(values: np.ndarray, index: TrajectoryIndex) -> t
     """`standardize_in_scopes` with one scope per trajectory, its values visited in step order
     (an order that does not depend on the file's). values: float64 [N] per row (NaN allowed).
     Returns (z float64 [N] per row, trajectories with values whose std0 is below the floor)."""
-    if kernels := _compiled.kernels(index.n_rows):
-        z, n_flat = kernels.standardize_in_trajectories(
-            _f64(values), index.rows_or_empty, index.traj_start, index.traj_len, Z_STD_FLOOR
-        )
+    if kernels := _compiled.kernels():
+        z, n_flat = kernels.standardize_in_trajectories(_f64(values), kernels.Index.of(index), Z_STD_FLOOR)
         return z, int(n_flat)
     u = index.in_step_order(values)
     valid = np.flatnonzero(~np.isnan(u))
@@ -219,8 +217,8 @@ def _standardize(xs: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, int]:
 def trajectory_totals(values: np.ndarray, index: TrajectoryIndex) -> np.ndarray:
     """Σ x over each trajectory's steps, added in step order. values: float64 [N] per row.
     Returns float64 [T]."""
-    if kernels := _compiled.kernels(index.n_rows):
-        return kernels.trajectory_totals(_f64(values), index.rows_or_empty, index.traj_start, index.traj_len)
+    if kernels := _compiled.kernels():
+        return kernels.trajectory_totals(_f64(values), kernels.Index.of(index))
     return np.bincount(index.traj, index.in_step_order(values), minlength=index.n_traj)
 
 
@@ -265,18 +263,9 @@ def step_advantage(
     codes, index = rollouts.step_group, rollouts.index
     assert codes is not None, "gigpo and gaca need step groups"
     n_codes = int(codes.max()) + 1
-    if kernels := _compiled.kernels(index.n_rows):  # episode group by episode group, local in memory
+    if kernels := _compiled.kernels():  # episode group by episode group, local in memory
         done, adv, size, single, const = kernels.normalize_step_groups(
-            _f64(returns_to_go),
-            _i64(codes),
-            n_codes,
-            index.rows_or_empty,
-            index.traj_start,
-            index.traj_len,
-            index.traj_group,
-            index.group_walk[0],
-            normalize_by_std,
-            eps,
+            _f64(returns_to_go), _i64(codes), n_codes, kernels.Index.of(index), normalize_by_std, eps
         )
         if done:  # (else codes shared between episode groups: the general pass below)
             diag = {"step_groups": n_codes, "step_singleton_groups": int(single), "step_constant_groups": int(const)}
@@ -294,19 +283,6 @@ def gaca_blend(z: np.ndarray, gigpo: Advantages, config: AdvantagesConfig) -> tu
     from GiGPO's A^E + ω·A^S (its `advantage`). Returns (λ, A) float64 [N]."""
     assert gigpo.step_group_size is not None
     lam_bar, omega = config.lambda_bar, config.step_weight
-    if kernels := _compiled.kernels(len(z)):
-        return kernels.gaca_blend(
-            z,
-            gigpo.step_group_size,
-            gigpo.adv_episode,
-            gigpo.adv_step,
-            gigpo.advantage,
-            lam_bar,
-            config.beta,
-            config.lambda_min,
-            config.lambda_max,
-            omega,
-        )
     with np.errstate(over="ignore"):  # β·z past the float range (β = 1e308) is ±inf: clipped to a bound
         lam = np.clip(lam_bar + config.beta * z, config.lambda_min, config.lambda_max)
     lam[gigpo.step_group_size == 1] = lam_bar
@@ -473,9 +449,9 @@ ESTIMATORS: dict[str, Estimator] = {"grpo": grpo, "gigpo": gigpo, "gaca": gaca, 
 
 
 def _f64(values: np.ndarray) -> np.ndarray:
-    """float64, contiguous: the one array type the compiled loops are loaded for."""
-    return np.ascontiguousarray(values, dtype=np.float64)
+    """float64, contiguous, writable: the one array type the compiled loops are loaded for."""
+    return np.require(values, np.float64, ("C", "W"))
 
 
 def _i64(values: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(values, dtype=np.int64)
+    return np.require(values, np.int64, ("C", "W"))

@@ -152,12 +152,17 @@ def step_groups(log: Log, index: TrajectoryIndex, config: AdvantagesConfig) -> n
 
 
 def compute_advantages(log: Log, config: AdvantagesConfig, row_return: np.ndarray | None = None) -> AdvantagesRun:
-    """Check the log, run the configured estimator, and build the output table. `row_return`:
-    R per row (float64 [N], file order) instead of the log's episode_reward; with episode
-    statistics over trajectories, one value per trajectory (`Rollouts.row_return`)."""
+    """Check the log, run the configured estimator, and build the output table: with the
+    numpy code or its compiled twins, chosen once for the run (gaca_cli.credit._compiled).
+    `row_return`: R per row (float64 [N], file order) instead of the log's episode_reward; with
+    episode statistics over trajectories, one value per trajectory (`Rollouts.row_return`)."""
+    with _compiled.chosen(log.table.num_rows) as kernels:
+        return _compute(log, config, row_return, compiled=kernels is not None)
+
+
+def _compute(log: Log, config: AdvantagesConfig, row_return: np.ndarray | None, compiled: bool) -> AdvantagesRun:
     # file order: gathers between the file and the index stay local in memory; nothing in the
     # results depends on it (sums run in value or canonical order)
-    compiled = _compiled.wanted(log.table.num_rows)
     index, warnings = prepare_log(
         log, f"advantages:{config.method}", CheckOptions.COMPILED if compiled else CheckOptions.NONE
     )

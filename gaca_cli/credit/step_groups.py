@@ -46,18 +46,8 @@ def hash_codes(hashes: np.ndarray, index: TrajectoryIndex) -> tuple[np.ndarray, 
     hashes: uint64 [N] per row. Returns (codes int64 [N] per row; rows, representatives int64
     [P]: the pairs).
     """
-    if kernels := _compiled.kernels(index.n_rows):
-        walk, group_rank = index.group_walk
-        return kernels.step_groups_by_hash(
-            np.ascontiguousarray(hashes, dtype=np.uint64),
-            index.rows_or_empty,
-            index.traj_start,
-            index.traj_len,
-            index.traj_group,
-            index.row_traj,
-            walk,
-            group_rank,
-        )
+    if kernels := _compiled.kernels():
+        return kernels.step_groups_by_hash(np.require(hashes, np.uint64, ("C", "W")), kernels.Index.of(index))
     n = index.n_rows
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)

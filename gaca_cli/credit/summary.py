@@ -91,18 +91,9 @@ def trajectory_sums(
     Σ |A^E|, Σ |ω·A^S|, Σ λ, and over the steps where u is not NaN Σ λ, Σ u and their number
     (the first pass of the correlation; 0 without λ). Arrays: float64 [N] per row.
     Returns six float64 [T]."""
-    if kernels := _compiled.kernels(index.n_rows):
-        none = np.zeros(0)
-        return kernels.trajectory_summary(
-            adv_episode,
-            adv_step,
-            float(step_weight),
-            none if lam is None else lam,
-            none if u is None else u,
-            index.rows_or_empty,
-            index.traj_start,
-            index.traj_len,
-        )
+    if kernels := _compiled.kernels():
+        lam_u = (np.zeros(0), np.zeros(0)) if lam is None or u is None else (lam, u)
+        return kernels.trajectory_summary(adv_episode, adv_step, float(step_weight), *lam_u, kernels.Index.of(index))
 
     def per_traj(traj: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(traj, values, minlength=index.n_traj).astype(np.float64, copy=False)
@@ -131,8 +122,8 @@ def centred_sums(
     """The correlation's second pass: per trajectory, over its steps where u is not NaN in step
     order, Σ (x − mean_x)², Σ (u − mean_u)² and Σ (x − mean_x)(u − mean_u). x, u: float64 [N]
     per row. Returns three float64 [T]."""
-    if kernels := _compiled.kernels(index.n_rows):
-        return kernels.trajectory_sums(x, u, index.rows_or_empty, index.traj_start, index.traj_len, mean_x, mean_u)
+    if kernels := _compiled.kernels():
+        return kernels.trajectory_sums(x, u, kernels.Index.of(index), mean_x, mean_u)
     u_steps = index.in_step_order(u)
     kept = ~np.isnan(u_steps)
     traj = index.traj[kept]

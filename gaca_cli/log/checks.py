@@ -196,8 +196,12 @@ def _structure_checks(
         episode_reward = np.zeros(0)
         if C.EPISODE_REWARD in table.column_names and C.EPISODE_REWARD not in bad:
             episode_reward = table.column(C.EPISODE_REWARD).cast(pa.float64()).to_numpy()
+        arrays = (
+            np.require(a, requirements=("C", "W")) for a in (traj_of_row, step, group_of_row, done, episode_reward)
+        )
+        traj, steps, group, done, episode_reward = arrays  # writable: the kernel's one compiled signature
         valid, order, starts, lengths, traj_group = kernels.trajectory_index(
-            traj_of_row, step, group_of_row, done, episode_reward, n_traj
+            traj, steps, group, done, episode_reward, n_traj
         )
         if valid:
             return _index(canonical, ids, order, starts, lengths, traj_group)

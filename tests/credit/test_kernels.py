@@ -153,7 +153,9 @@ def make_grouped(seed, m, n_codes, kind):
 # ------------------------------------------------------------------------------ discounted_returns
 
 
-NO_ROWS = np.zeros(0, dtype=np.int64)  # the kernels' identity `rows`
+def kindex(start: np.ndarray, length: np.ndarray, rows: np.ndarray | None = None) -> kernels.Index:
+    """The kernels' index over contiguous trajectories, walked through `rows` (default: in place)."""
+    return kernels.Index.of(make_index(start, length, rows))
 
 
 def in_file(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -179,7 +181,7 @@ def test_discounted_returns_matches_numpy(seed, n_traj, max_len, gamma):
     index = make_index(start, length)
     for kind in KINDS:
         reward = random_values(rng, len(traj), kind)
-        got = kernels.discounted_returns(reward, NO_ROWS, start, length, gamma)
+        got = kernels.discounted_returns(reward, kindex(start, length), gamma)
         with np.errstate(all="ignore"):
             expected = loop_discounted_returns(reward, start, length, gamma)
         assert_bits(got, estimators.discounted_returns(reward, index, gamma), f"{kind} vs numpy")
@@ -187,7 +189,7 @@ def test_discounted_returns_matches_numpy(seed, n_traj, max_len, gamma):
         # the same rows in another order, walked through `rows`: the same values per row
         rows = rng.permutation(len(reward)).astype(np.int64)
         moved = in_file(reward, rows)
-        assert_bits(kernels.discounted_returns(moved, rows, start, length, gamma)[rows], got, "rows")
+        assert_bits(kernels.discounted_returns(moved, kindex(start, length, rows), gamma)[rows], got, "rows")
         assert_bits(
             estimators.discounted_returns(moved, make_index(start, length, rows), gamma)[rows], got, "numpy rows"
         )
@@ -198,12 +200,12 @@ def test_discounted_returns_edges():
     an overflowing suffix sum gives inf exactly as numpy does."""
     reward = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     start, length = np.array([0, 3, 4], dtype=np.int64), np.array([3, 1, 1], dtype=np.int64)
-    assert_bits(kernels.discounted_returns(reward, NO_ROWS, start, length, 0.0), reward)
-    assert_bits(kernels.discounted_returns(reward, NO_ROWS, start, length, 1.0), np.array([6.0, 5.0, 3.0, 4.0, 5.0]))
+    assert_bits(kernels.discounted_returns(reward, kindex(start, length), 0.0), reward)
+    assert_bits(kernels.discounted_returns(reward, kindex(start, length), 1.0), np.array([6.0, 5.0, 3.0, 4.0, 5.0]))
     huge = np.array([1e308, 1e308, 1e308])
     one = np.array([0], dtype=np.int64)
     three = np.array([3], dtype=np.int64)
-    got = kernels.discounted_returns(huge, NO_ROWS, one, three, 1.0)
+    got = kernels.discounted_returns(huge, kindex(one, three), 1.0)
     assert_bits(got, estimators.discounted_returns(huge, make_index(one, three), 1.0))
     assert got.tolist() == [np.inf, np.inf, 1e308]
 
@@ -391,11 +393,11 @@ def check_standardize(values, codes, n_codes, in_order):
     length = np.bincount(codes, minlength=n_codes).astype(np.int64)
     start = (np.cumsum(length) - length).astype(np.int64)
     expected = estimators.standardize_in_trajectories(values, make_index(start, length))
-    got = kernels.standardize_in_trajectories(values, NO_ROWS, start, length, Z_STD_FLOOR)
+    got = kernels.standardize_in_trajectories(values, kindex(start, length), Z_STD_FLOOR)
     assert_bits(got[0], expected[0], "z")
     assert int(got[1]) == expected[1], "flat scopes"
     rows = np.random.default_rng(len(values)).permutation(len(values)).astype(np.int64)
-    moved = kernels.standardize_in_trajectories(in_file(values, rows), rows, start, length, Z_STD_FLOOR)
+    moved = kernels.standardize_in_trajectories(in_file(values, rows), kindex(start, length, rows), Z_STD_FLOOR)
     assert_bits(moved[0][rows], expected[0], "z through rows")
     assert int(moved[1]) == expected[1]
     numpy_moved = estimators.standardize_in_trajectories(in_file(values, rows), make_index(start, length, rows))
@@ -539,10 +541,7 @@ def test_step_groups_by_hash(seed, n_traj, n_groups, max_len, n_hashes, identity
     index = make_index(traj_start, traj_len, order, traj_group, canon)
     n = int(traj_len.sum())
     hashes = rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    walk, group_rank = index.group_walk
-    codes, rows, reps = kernels.step_groups_by_hash(
-        hashes, order, traj_start, traj_len, traj_group, row_traj_of(order, traj_start, traj_len), walk, group_rank
-    )
+    codes, rows, reps = kernels.step_groups_by_hash(hashes, kernels.Index.of(index))
     e_codes, e_size, e_rep = loop_step_groups(hashes, order, traj_start, traj_len, traj_group, canon)
     np.testing.assert_array_equal(codes, e_codes, strict=True)
     expected = sorted((r, int(e_rep[c])) for r, c in enumerate(e_codes.tolist()) if e_size[c] > 1 and r != e_rep[c])
@@ -571,17 +570,13 @@ def test_normalize_step_groups(seed, n_traj, n_groups, max_len, n_hashes, identi
     index = make_index(traj_start, traj_len, order, traj_group, canon)
     n = int(traj_len.sum())
     hashes = rng.integers(0, n_hashes, size=n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    walk, group_rank = index.group_walk
     row_traj = row_traj_of(order, traj_start, traj_len)
-    codes, _, _ = kernels.step_groups_by_hash(
-        hashes, order, traj_start, traj_len, traj_group, row_traj, walk, group_rank
-    )
+    codes, _, _ = kernels.step_groups_by_hash(hashes, kernels.Index.of(index))
     k = int(codes.max()) + 1
+    kindex_ = kernels.Index.of(index)
 
     def run(values, codes):
-        return kernels.normalize_step_groups(
-            values, codes, int(codes.max()) + 1, order, traj_start, traj_len, traj_group, walk, normalize_by_std, EPS
-        )
+        return kernels.normalize_step_groups(values, codes, int(codes.max()) + 1, kindex_, normalize_by_std, EPS)
 
     def numpy_step_advantage(values, codes):
         rollouts = estimators.Rollouts(index, np.zeros(n), step_group=codes)
@@ -632,9 +627,9 @@ def test_trajectory_sums_match_numpy(seed):
     u = rng.gamma(2.0, 0.3, size=n)
     u[rng.random(n) < 0.3] = np.nan
     mx, mu = float(rng.standard_normal()), float(rng.standard_normal())
-    got = kernels.trajectory_sums(x, u, NO_ROWS, start, length, mx, mu)
+    got = kernels.trajectory_sums(x, u, kindex(start, length), mx, mu)
     rows = rng.permutation(n).astype(np.int64)
-    moved = kernels.trajectory_sums(in_file(x, rows), in_file(u, rows), rows, start, length, mx, mu)
+    moved = kernels.trajectory_sums(in_file(x, rows), in_file(u, rows), kindex(start, length, rows), mx, mu)
     for a, b in zip(moved, got):
         assert_bits(a, b, "through rows")
     expected = [np.zeros(len(start)) for _ in range(3)]
@@ -719,7 +714,7 @@ def test_trajectory_summary(seed, with_lam):
     w = float(rng.choice([0.0, 1.0, 2.5]))
     none = np.zeros(0)
     args = (lam, u) if with_lam else (none, none)
-    got = kernels.trajectory_summary(adv_e, adv_s, w, *args, NO_ROWS, start, length)
+    got = kernels.trajectory_summary(adv_e, adv_s, w, *args, kindex(start, length))
     sums = [np.zeros(len(start)) for _ in range(6)]  # plain loops: each sum in step order
     for t, (a, k) in enumerate(zip(start, length)):
         for i in range(a, a + k):
@@ -737,7 +732,9 @@ def test_trajectory_summary(seed, with_lam):
         assert_bits(a, b, "numpy")
     rows = rng.permutation(n).astype(np.int64)
     moved_args = tuple(in_file(a, rows) for a in args) if with_lam else args
-    moved = kernels.trajectory_summary(in_file(adv_e, rows), in_file(adv_s, rows), w, *moved_args, rows, start, length)
+    moved = kernels.trajectory_summary(
+        in_file(adv_e, rows), in_file(adv_s, rows), w, *moved_args, kindex(start, length, rows)
+    )
     for a, b in zip(moved, got):
         assert_bits(a, b, "through rows")
     moved_lam_u = tuple(in_file(a, rows) for a in args) if with_lam else (None, None)
@@ -757,7 +754,7 @@ def test_trajectory_totals(seed):
     start = np.cumsum(length) - length
     n = int(length.sum())
     x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 9, size=n)
-    got = kernels.trajectory_totals(x, NO_ROWS, start, length)
+    got = kernels.trajectory_totals(x, kindex(start, length))
     expected = np.zeros(len(start))
     for t, (a, k) in enumerate(zip(start, length)):
         acc = 0.0
@@ -767,34 +764,8 @@ def test_trajectory_totals(seed):
     assert_bits(got, expected, "totals")
     assert_bits(estimators.trajectory_totals(x, make_index(start, length)), expected, "numpy")
     rows = rng.permutation(n).astype(np.int64)
-    assert_bits(kernels.trajectory_totals(in_file(x, rows), rows, start, length), expected, "rows")
+    assert_bits(kernels.trajectory_totals(in_file(x, rows), kindex(start, length, rows)), expected, "rows")
     assert_bits(estimators.trajectory_totals(in_file(x, rows), make_index(start, length, rows)), expected, "numpy rows")
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_gaca_blend_matches_numpy(seed):
-    """λ and A in one pass: estimators.gaca_blend, bit for bit (clipping at both bounds,
-    singleton step groups, ω = 0, β = 0)."""
-    from gaca_cli.credit.config import AdvantagesConfig
-
-    rng = np.random.default_rng(seed)
-    n = 2000
-    z = rng.standard_normal(n) * 3.0
-    z[rng.random(n) < 0.2] = 0.0
-    size = rng.integers(1, 5, size=n).astype(np.int64)
-    adv_e, adv_s = rng.standard_normal(n), rng.standard_normal(n) * 10.0 ** rng.integers(-3, 3)
-    omega = float(rng.choice([0.0, 0.5, 1.0, 3.0]))
-    lam_bar = omega / (1.0 + omega)
-    beta = float(rng.choice([0.0, 0.1, 0.7]))
-    lam_min, lam_max = (0.0, 1.0) if seed % 2 else (max(0.0, lam_bar - 0.2), min(1.0, lam_bar + 0.1))
-    base = adv_e + omega * adv_s
-    lam, adv = kernels.gaca_blend(z, size, adv_e, adv_s, base, lam_bar, beta, lam_min, lam_max, omega)
-    config = AdvantagesConfig(step_weight=omega, beta=beta, lambda_min=lam_min, lambda_max=lam_max)
-    gigpo = estimators.Advantages(base, np.zeros(n), adv_e, adv_s, step_group_size=size)
-    e_lam, e_adv = estimators.gaca_blend(z, gigpo, config)
-    assert_bits(lam, e_lam, "lambda")
-    assert_bits(adv, e_adv, "advantage")
-    assert np.all(e_lam[size == 1] == lam_bar) and np.all((lam_min <= e_lam) & (e_lam <= lam_max))
 
 
 def test_warm_up_runs_every_kernel():
@@ -849,7 +820,6 @@ print(sorted(called))
     # every kernel the library calls (the others are called by these)
     entry_points = [
         "discounted_returns",
-        "gaca_blend",
         "normalize_in_groups",
         "normalize_step_groups",
         "standardize_in_scopes",

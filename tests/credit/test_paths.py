@@ -137,9 +137,9 @@ def test_the_number_of_rows_chooses_the_path(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     assert not _compiled.wanted(_compiled.COMPILED_FROM_ROWS - 1)
     assert _compiled.wanted(_compiled.COMPILED_FROM_ROWS)
-    assert _compiled.kernels(10) is None
+    assert _compiled.usable(10) is None
     monkeypatch.setenv(ENV, "1")
-    assert _compiled.wanted(10) and _compiled.kernels(10) is not None
+    assert _compiled.wanted(10) and _compiled.usable(10) is not None
     monkeypatch.setenv(ENV, "0")
     assert not _compiled.wanted(10**9)
     monkeypatch.setenv(ENV, "yes")
@@ -147,11 +147,67 @@ def test_the_number_of_rows_chooses_the_path(monkeypatch):
         _compiled.wanted(10)
 
 
+def test_the_path_is_chosen_once_per_run(monkeypatch):
+    """Inside a run the building blocks see the path chosen for it, whatever their inputs'
+    size; outside one they compute with numpy."""
+    monkeypatch.setenv(ENV, "1")
+    assert _compiled.kernels() is None
+    with _compiled.chosen(10) as kernels:
+        assert kernels is not None and _compiled.kernels() is kernels
+        with _compiled.chosen(10**9) as inner:  # a nested run (the library called again)
+            assert inner is kernels
+        monkeypatch.setenv(ENV, "0")
+        with _compiled.chosen(10**9) as inner:
+            assert inner is None and _compiled.kernels() is None
+        assert _compiled.kernels() is kernels
+    assert _compiled.kernels() is None
+
+
+COLD_CACHE = """
+import subprocess, sys
+from gaca_cli.credit import _compiled, _kernels
+assert not _kernels.cached()
+assert _compiled.usable(10**7) is None  # cold: numpy for this run, the cache filled meanwhile
+assert _compiled.usable(10**7) is None and len(_compiled._filling) == 1  # started once
+other_run = "from gaca_cli.credit import _compiled; print(_compiled.usable(10**7), len(_compiled._filling))"
+assert subprocess.run([sys.executable, "-c", other_run], capture_output=True, text=True).stdout.split() == ["None", "0"]
+fill = _compiled._filling[0]
+if sys.argv[1] == "stop":
+    fill.kill()
+else:
+    with _compiled.chosen(10):  # a run ends: the compilation starts
+        pass
+    assert fill.wait(timeout=600) == 0
+    assert _kernels.cached() and _compiled.usable(10**7) is _kernels
+print("ok")
+"""
+
+
+def cold_cache_run(tmp_path, how: str) -> None:
+    env = {**{k: v for k, v in os.environ.items() if k != ENV}, "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", COLD_CACHE, how], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_cold_cache_runs_numpy_and_is_filled_in_the_background(tmp_path):
+    """Without the kernels' machine code in numba's cache a large log is computed with numpy
+    (compiling would cost far more than it saves) and one background process is started to
+    compile them, one for all the runs meanwhile; stopped here at once (the slow test below
+    lets it finish)."""
+    cold_cache_run(tmp_path, "stop")
+
+
+@pytest.mark.slow  # compiles every kernel: ~15 CPU seconds
+def test_the_background_process_fills_the_cache(tmp_path):
+    """Once the background compilation is done the next run uses the compiled loops."""
+    cold_cache_run(tmp_path, "wait")
+
+
 def test_a_small_log_is_computed_without_numba():
     """Reading, checking and computing a small log, and the warm-up for it, never import numba
     (~0.5 s of start-up that a small log never earns back); a large log's warm-up does."""
     code = f"""
-import sys
+import os, sys
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages, warm_up_kernels
 from gaca_cli.log.reading import read_log
@@ -159,6 +215,7 @@ warm_up_kernels(1000)
 for method in ("grpo", "gigpo", "gaca"):
     compute_advantages(read_log([{str(EXAMPLE_LOG)!r}]), AdvantagesConfig(method=method))
 print("numba" in sys.modules)
+os.environ[{ENV!r}] = "1"  # (unforced, a cold cache would start a background compilation)
 warm_up_kernels(10**7)
 print("numba" in sys.modules)
 """
