@@ -47,7 +47,7 @@ def advantages(
     computed = bucketed.groupby(_BUCKET, num_partitions=n_buckets).map_groups(
         _compute, fn_args=(config, mapping), batch_format="pyarrow"
     )
-    if config.method == "grpo":
+    if config.method not in ("gigpo", "gaca"):  # no step_group_id to number across the log
         return computed
     computed = computed.materialize()
     pairs = [group_column, _GROUP_STEP_GROUPS]  # the distinct (group_id, its number of step groups)

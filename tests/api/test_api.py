@@ -31,7 +31,13 @@ def cli(*args) -> None:
 
 
 def cli_advantages(src, out, params: dict) -> pa.Table:
-    flags = [x for k, v in params.items() for x in ("--" + k.replace("_", "-"), v)]
+    flags = []
+    for k, v in params.items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):  # a switch: --base-group / --no-base-group
+            flags.append(flag if v else "--no-" + flag[2:])
+        else:
+            flags += [flag, v]
     cli("advantages", src, "-o", out, *flags)
     return pq.read_table(out)
 

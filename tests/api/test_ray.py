@@ -14,12 +14,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 ray = pytest.importorskip("ray")
 
 import gaca_cli.ray as gaca_ray  # noqa: E402
-from gaca_cli.cli import app  # noqa: E402
+from tests.api.test_api import cli_advantages  # noqa: E402
 from tests.credit.record_golden import CASES, tiny_table  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -36,10 +35,7 @@ def local_ray():
 
 
 def command(src: Path, out: Path, params: dict) -> pa.Table:
-    flags = [str(x) for k, v in params.items() for x in ("--" + k.replace("_", "-"), v)]
-    result = CliRunner().invoke(app, ["advantages", str(src), "-o", str(out), *flags])
-    assert result.exit_code == 0, result.output
-    return pq.read_table(out)
+    return cli_advantages(src, out, params)
 
 
 def assert_same_rows(dataset, want: pa.Table) -> None:
