@@ -1,4 +1,4 @@
-"""Benchmark: how well GRPO, GiGPO and GACA advantages match the true advantage Q − V.
+"""Benchmark: how well GRPO, GiGPO, GACA and HGPO advantages match the true advantage Q − V.
 
 The environment is `gaca_cli.demo.quality`'s forked corridors: long corridors of routine cells where
 the behaviour policy goes forward with probability 0.97 (rare, cheap slips: wait / back), and
@@ -6,7 +6,8 @@ a few forks where it is near 50/50 and the wrong branch leads to a dead end. The
 policy's exact Q and V come from a linear solve, so every logged step carries its true
 advantage. For each seed the program samples a grouped log (every group = one start state,
 N rollouts), runs `compute_advantages` for each estimator and scores it; the table gives
-mean ± standard deviation over seeds.
+mean ± standard deviation over seeds. HGPO's rows use the recipe's defaults (K = 2, α = 1,
+std normalisation unless --norm is given), without and with the base group.
 
 Columns: Spearman ρ and sign agreement with the true advantage over all steps, over the
 fork steps and over slips (routine steps with a rare action), and the cosine between the
@@ -103,7 +104,7 @@ def main() -> int:
         "--norm",
         choices=("mean", "std"),
         default=None,
-        help="normalisation of gigpo and gaca (default: theirs, mean); grpo keeps std",
+        help="normalisation of gigpo, gaca and hgpo (default: each one's, mean, mean, std); grpo keeps std",
     )
     parser.add_argument("--quick", action="store_true", help="3 seeds, 8 groups × 8 rollouts")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
