@@ -1,4 +1,4 @@
-"""Benchmark: how well GRPO, GiGPO and GACA advantages match the true advantage Q − V.
+"""Benchmark: how well GRPO, GiGPO, GACA and HGPO advantages match the true advantage Q − V.
 
 The environment is `gaca_cli.demo.quality`'s forked corridors: long corridors of routine cells where
 the behaviour policy goes forward with probability 0.97 (rare, cheap slips: wait / back), and
@@ -6,7 +6,8 @@ a few forks where it is near 50/50 and the wrong branch leads to a dead end. The
 policy's exact Q and V come from a linear solve, so every logged step carries its true
 advantage. For each seed the program samples a grouped log (every group = one start state,
 N rollouts), runs `compute_advantages` for each estimator and scores it; the table gives
-mean ± standard deviation over seeds.
+mean ± standard deviation over seeds. HGPO's rows use the recipe's defaults (K = 2, α = 1,
+std normalisation unless --norm is given), without and with the base group.
 
 Columns: Spearman ρ and sign agreement with the true advantage over all steps, over the
 fork steps and over slips (routine steps with a rare action), and the cosine between the
@@ -19,12 +20,14 @@ scores GiGPO's step signal alone (not a method of the tool).
     python bench/estimator_quality.py --gamma 1 --rollouts 4 --betas 0.1,0.3,1,3
     python bench/estimator_quality.py --bonus-forks 2       # returns with several causes
     python bench/estimator_quality.py --json > quality.json
-    python bench/estimator_quality.py --regime-map          # where GACA beats GiGPO (5-40 s)
+    python bench/estimator_quality.py --regime-map          # where GACA, HGPO beat GiGPO (15-80 s)
 
 --regime-map sweeps one factor at a time around the default (group size N at a fixed budget
 of rollouts, slip rate, horizon, γ, β) and prints, per setting, the paired difference
-Δ grad cos = GACA − GiGPO with its 95 % interval over seeds (bench/harness/regimes.py); it
-writes bench/results/regime_map.json and, with matplotlib, regime_map.png.
+Δ grad cos = GACA − GiGPO with its 95 % interval over seeds (bench/harness/regimes.py), then
+HGPO − GiGPO and HGPO − GACA for HGPO at the recipe's defaults (std normalisation) and with
+mean normalisation, without and with the base group; it writes bench/results/regime_map.json
+and, with matplotlib, regime_map.png.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ def main() -> int:
         "--norm",
         choices=("mean", "std"),
         default=None,
-        help="normalisation of gigpo and gaca (default: theirs, mean); grpo keeps std",
+        help="normalisation of gigpo, gaca and hgpo (default: each one's, mean, mean, std); grpo keeps std",
     )
     parser.add_argument("--quick", action="store_true", help="3 seeds, 8 groups × 8 rollouts")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
@@ -159,7 +162,7 @@ def main() -> int:
 
 
 def regime_main(args: argparse.Namespace) -> int:
-    from bench.harness.regimes import RegimeConfig, regime_map, regime_markdown
+    from bench.harness.regimes import RegimeConfig, hgpo_markdown, regime_map, regime_markdown
 
     config = RegimeConfig(seeds=(0, 1, 2) if args.quick else tuple(range(args.first_seed, args.first_seed + 8)))
     if args.quick:
@@ -193,13 +196,26 @@ def regime_main(args: argparse.Namespace) -> int:
     )
     print()
     print(regime_markdown(cells))
+    for variants in (("hgpo", "hgpo mean"), ("hgpo +base", "hgpo +base mean")):
+        print(f"\n# {' and '.join(variants)}: HGPO − GiGPO and HGPO − GACA on the same logs")
+        print()
+        print(hgpo_markdown(cells, variants))
     if heat_map(cells, out.with_suffix(".png")):
         print(f"\n# heat map: {out.with_suffix('.png')}")
     return 0
 
 
+PANELS = (
+    ("GACA − GiGPO", lambda c: c["delta_grad_cos"]),
+    ("HGPO − GiGPO (recipe defaults: std)", lambda c: c["hgpo"]["hgpo"]["vs_gigpo_grad_cos"]),
+    ("HGPO (mean norm) − GiGPO", lambda c: c["hgpo"]["hgpo mean"]["vs_gigpo_grad_cos"]),
+    ("HGPO (mean norm) − GACA", lambda c: c["hgpo"]["hgpo mean"]["vs_gaca_grad_cos"]),
+)
+
+
 def heat_map(cells: list[dict], path: Path) -> bool:
-    """One row per factor, one column per swept value (in order), colour = Δ grad cos."""
+    """One panel per paired difference of PANELS; in each, one row per factor, one column per
+    swept value (in order), colour = Δ grad cos (each panel its own symmetric scale)."""
     try:
         import matplotlib
 
@@ -210,25 +226,26 @@ def heat_map(cells: list[dict], path: Path) -> bool:
         return False
     factors = list(dict.fromkeys(c["factor"] for c in cells))
     width = max(sum(c["factor"] == f for c in cells) for f in factors)
-    grid = np.full((len(factors), width), np.nan)
-    fig, ax = plt.subplots(figsize=(1.6 * width + 2, 0.7 * len(factors) + 1.2))
-    for i, f in enumerate(factors):
-        row = [c for c in cells if c["factor"] == f]
-        for j, c in enumerate(row):
-            d = c["delta_grad_cos"]
-            grid[i, j] = d["mean"] if d and d["mean"] is not None else np.nan
-            star = "*" if d and d["low"] is not None and (d["low"] > 0 or d["high"] < 0) else ""
-            ax.text(j, i, f"{c['value']:g}\n{grid[i, j]:+.3f}{star}", ha="center", va="center", fontsize=8)
-    bound = float(np.nanmax(np.abs(grid))) or 1.0
-    for text in ax.texts:  # white on the darkest cells
-        x, y = text.get_position()
-        if abs(grid[int(y), int(x)]) > 0.6 * bound:
-            text.set_color("white")
-    image = ax.imshow(grid, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
-    ax.set_yticks(range(len(factors)), factors)
-    ax.set_xticks([])
-    ax.set_title("Δ grad cos = GACA − GiGPO (cell: value, Δ; * = 95 % CI excludes 0)")
-    fig.colorbar(image, ax=ax)
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(1.6 * width + 2, len(PANELS) * (0.7 * len(factors) + 1.2)))
+    for ax, (title, delta) in zip(axes, PANELS):
+        grid = np.full((len(factors), width), np.nan)
+        for i, f in enumerate(factors):
+            row = [c for c in cells if c["factor"] == f]
+            for j, c in enumerate(row):
+                d = delta(c)
+                grid[i, j] = d["mean"] if d and d["mean"] is not None else np.nan
+                star = "*" if d and d["low"] is not None and (d["low"] > 0 or d["high"] < 0) else ""
+                ax.text(j, i, f"{c['value']:g}\n{grid[i, j]:+.3f}{star}", ha="center", va="center", fontsize=8)
+        bound = float(np.nanmax(np.abs(grid))) or 1.0
+        for text in ax.texts:  # white on the darkest cells
+            x, y = text.get_position()
+            if abs(grid[int(y), int(x)]) > 0.6 * bound:
+                text.set_color("white")
+        image = ax.imshow(grid, cmap="RdBu", vmin=-bound, vmax=bound, aspect="auto")
+        ax.set_yticks(range(len(factors)), factors)
+        ax.set_xticks([])
+        ax.set_title(f"Δ grad cos = {title} (cell: value, Δ; * = 95 % CI excludes 0)", fontsize=10)
+        fig.colorbar(image, ax=ax)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

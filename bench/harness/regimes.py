@@ -1,4 +1,4 @@
-"""A regime map: where GACA's advantage over GiGPO (against the true advantages) grows or vanishes.
+"""A regime map: where GACA's and HGPO's advantage over GiGPO (against the true advantages) grows or vanishes.
 
 One-factor-at-a-time sweeps around the default forked-corridor setting of `gaca_cli.demo.quality`:
 each factor takes a few values while the others stay at their defaults, and for each
@@ -10,7 +10,10 @@ cell is the paired per-seed difference
 with its 95 % Student-t interval over seeds (`statistics.mean_ci`), where grad cos is the
 cosine between the policy-gradient updates of the estimate and of the truth (`gaca_cli.demo.quality`);
 Δ > 0 means GACA's update points closer to the true one. Alongside, the same paired
-difference for Spearman ρ at the forks (the decisive steps).
+difference for Spearman ρ at the forks (the decisive steps). The same logs are also scored by
+HGPO (`HGPO_VARIANTS`: the recipe's defaults K = 2, α = 1, std normalisation; with the base
+group; both with mean normalisation), each with its paired differences HGPO − GiGPO and
+HGPO − GACA.
 
 Factors (`FACTORS`, default value first in the docs, the sweep values here):
 * group size N (rollouts per group), at a fixed budget of `budget` rollouts per log;
@@ -84,45 +87,73 @@ def _settings(config: RegimeConfig) -> list[tuple[str, float, QualityConfig]]:
     return out
 
 
+HGPO_VARIANTS = ("hgpo", "hgpo +base", "hgpo mean", "hgpo +base mean")
+"""HGPO rows of each cell: the recipe's defaults (K = 2, α = 1, std normalisation), with the
+base group, and both with mean normalisation (GiGPO's and GACA's default)."""
+PAIRED = (("gradient_cosine", "grad_cos"), ("spearman_pivotal", "spearman_forks"))
+
+
+def _paired(a: np.ndarray, b: np.ndarray) -> dict | None:
+    """mean_ci of a − b over the seeds where both are defined, as a dict (None if none)."""
+    keep = np.isfinite(a) & np.isfinite(b)
+    return mean_ci(a[keep] - b[keep]).as_dict() if keep.any() else None
+
+
+def _mean(a: np.ndarray) -> float | None:
+    keep = np.isfinite(a)
+    return float(a[keep].mean()) if keep.any() else None
+
+
 def regime_map(
     config: RegimeConfig = RegimeConfig(), on_cell: Callable[[str, float], None] | None = None
 ) -> list[dict]:
     """One dict per cell: factor, value, the paired Δ grad cos and Δ ρ forks (GACA − GiGPO)
-    as mean / low / high over seeds, and both methods' mean grad cos."""
+    as mean / low / high over seeds, both methods' mean grad cos and ρ forks, and under "hgpo"
+    one entry per HGPO_VARIANTS: its mean grad cos and ρ forks and the paired differences
+    vs_gigpo_* (HGPO − GiGPO) and vs_gaca_* (HGPO − GACA) on the same logs."""
     cells = []
     for factor, value, quality in _settings(config):
         env = build_corridors(quality.env)
         per_seed = []
         for seed in quality.seeds:
-            table = sample_log(env, quality.groups, quality.rollouts, np.random.default_rng(seed))
-            rows = {r["method"]: r for r in evaluate_log(as_log(table), env, quality)}
+            log = as_log(sample_log(env, quality.groups, quality.rollouts, np.random.default_rng(seed)))
+            scored = evaluate_log(log, env, quality)
+            rows = {r["label"] if r["method"] == "hgpo" else r["method"]: r for r in scored}
+            mean_norm = replace(quality, norm="mean", betas=())  # gigpo and gaca: mean is their default
+            rows |= {f"{r['label']} mean": r for r in evaluate_log(log, env, mean_norm) if r["method"] == "hgpo"}
             per_seed.append(rows)
-        cell = {"factor": factor, "value": value, "n_seeds": len(per_seed)}
-        for score, key in (("gradient_cosine", "grad_cos"), ("spearman_pivotal", "spearman_forks")):
-            gaca = np.array([r["gaca"][score] for r in per_seed])
-            gigpo = np.array([r["gigpo"][score] for r in per_seed])
-            keep = np.isfinite(gaca) & np.isfinite(gigpo)
-            ci = mean_ci(gaca[keep] - gigpo[keep]) if keep.any() else None
-            cell[f"gigpo_{key}"] = float(gigpo[keep].mean()) if keep.any() else None
-            cell[f"gaca_{key}"] = float(gaca[keep].mean()) if keep.any() else None
-            cell[f"delta_{key}"] = ci.as_dict() if ci else None
+        cell: dict = {"factor": factor, "value": value, "n_seeds": len(per_seed)}
+        hgpo: dict = {v: {} for v in HGPO_VARIANTS}
+        for score, key in PAIRED:
+            col = {name: np.array([r[name][score] for r in per_seed]) for name in ("gigpo", "gaca", *HGPO_VARIANTS)}
+            keep = np.isfinite(col["gaca"]) & np.isfinite(col["gigpo"])
+            cell[f"gigpo_{key}"] = _mean(col["gigpo"][keep])
+            cell[f"gaca_{key}"] = _mean(col["gaca"][keep])
+            cell[f"delta_{key}"] = _paired(col["gaca"], col["gigpo"])
+            for v in HGPO_VARIANTS:
+                hgpo[v][key] = _mean(col[v])
+                hgpo[v][f"vs_gigpo_{key}"] = _paired(col[v], col["gigpo"])
+                hgpo[v][f"vs_gaca_{key}"] = _paired(col[v], col["gaca"])
+        cell["hgpo"] = hgpo
         cells.append(cell)
         if on_cell is not None:
             on_cell(factor, value)
     return cells
 
 
+def _fmt(d: dict | None) -> str:
+    """A paired difference as `mean [low, high]`, * when the interval excludes 0."""
+    if d is None or d["mean"] is None:
+        return "n/a"
+    if d["low"] is None:
+        return f"{d['mean']:+.3f}"
+    star = "*" if d["low"] > 0 or d["high"] < 0 else ""
+    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]{star}"
+
+
 def regime_markdown(cells: list[dict]) -> str:
     """The map as a Markdown table: one row per cell, Δ with its 95 % interval (* when the
     interval excludes 0)."""
-
-    def fmt(d: dict | None) -> str:
-        if d is None or d["mean"] is None:
-            return "n/a"
-        if d["low"] is None:
-            return f"{d['mean']:+.3f}"
-        star = "*" if d["low"] > 0 or d["high"] < 0 else ""
-        return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]{star}"
 
     lines = [
         "| factor | value | grad cos gigpo | grad cos gaca | Δ grad cos (95 % CI) | Δ ρ forks (95 % CI) |",
@@ -131,6 +162,23 @@ def regime_markdown(cells: list[dict]) -> str:
     for c in cells:
         lines.append(
             f"| {c['factor']} | {c['value']:g} | {c['gigpo_grad_cos']:.3f} | {c['gaca_grad_cos']:.3f} | "
-            f"{fmt(c['delta_grad_cos'])} | {fmt(c['delta_spearman_forks'])} |"
+            f"{_fmt(c['delta_grad_cos'])} | {_fmt(c['delta_spearman_forks'])} |"
         )
+    return "\n".join(lines)
+
+
+def hgpo_markdown(cells: list[dict], variants: tuple[str, ...] = ("hgpo", "hgpo mean"), key: str = "grad_cos") -> str:
+    """HGPO's part of the map as a Markdown table: per cell and variant, its mean score and
+    the paired differences HGPO − GiGPO and HGPO − GACA with their 95 % intervals."""
+    name = {"grad_cos": "grad cos", "spearman_forks": "ρ forks"}[key]
+    head = ["factor", "value"]
+    for v in variants:
+        head += [f"{name} {v}", f"Δ {v} − gigpo", f"Δ {v} − gaca"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for c in cells:
+        row = [c["factor"], f"{c['value']:g}"]
+        for v in variants:
+            h = c["hgpo"][v]
+            row += ["n/a" if h[key] is None else f"{h[key]:.3f}", _fmt(h[f"vs_gigpo_{key}"]), _fmt(h[f"vs_gaca_{key}"])]
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

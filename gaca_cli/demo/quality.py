@@ -459,8 +459,9 @@ class QualityConfig:
 
     seeds: one sampled log per seed (numpy default_rng(seed)); groups, rollouts: episode
     groups per log and rollouts per group; betas: the GACA β values (β = 0 is GiGPO);
-    step_weight: ω for gigpo and gaca; norm: normalisation of gigpo and gaca ("mean", "std",
-    or None for their default, mean; grpo always uses its default, std); include_step_only:
+    step_weight: ω for gigpo and gaca; norm: normalisation of gigpo, gaca and hgpo ("mean",
+    "std", or None for each one's default: mean, mean, std; grpo keeps std); hgpo: add HGPO rows
+    (the recipe's defaults K = 2, α = 1, without and with the base group); include_step_only:
     add a reference row scoring the step signal A^S alone; env: the environment (its gamma is
     also the estimators' γ).
     """
@@ -471,6 +472,7 @@ class QualityConfig:
     betas: tuple[float, ...] = (0.1, 0.3, 1.0)
     step_weight: float = 1.0
     norm: Norm | None = None
+    hgpo: bool = True
     include_step_only: bool = True
     env: CorridorConfig = field(default_factory=CorridorConfig)
 
@@ -502,6 +504,9 @@ class QualityConfig:
         for b in self.betas:
             gaca = AdvantagesConfig(method="gaca", gamma=g, step_weight=self.step_weight, norm=self.norm, beta=b)
             rows.append((f"gaca β={b:g}", gaca))
+        if self.hgpo:
+            rows.append(("hgpo", AdvantagesConfig(method="hgpo", gamma=g, norm=self.norm)))
+            rows.append(("hgpo +base", AdvantagesConfig(method="hgpo", gamma=g, norm=self.norm, base_group=True)))
         return rows
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.demo.quality import (
     IS_PIVOTAL,
     SCORES,
@@ -17,10 +18,12 @@ from gaca_cli.demo.quality import (
     TRUE_ADVANTAGE,
     CorridorConfig,
     QualityConfig,
+    as_log,
     average_ranks,
     build_corridors,
     cosine,
     estimator_quality,
+    evaluate_log,
     exact_values,
     policy_gradient,
     quality_markdown,
@@ -188,7 +191,8 @@ def test_policy_gradient_against_a_loop():
 def test_evaluation_on_a_tiny_configuration():
     config = QualityConfig(seeds=(0, 1), groups=8, rollouts=4, betas=(0.3,), env=SMALL)
     rows = estimator_quality(config)
-    assert [r["label"] for r in rows] == ["grpo", "gigpo", "gaca β=0.3", STEP_ONLY]
+    assert [r["label"] for r in rows] == ["grpo", "gigpo", "gaca β=0.3", "hgpo", "hgpo +base", STEP_ONLY]
+    assert [r["method"] for r in rows[3:5]] == ["hgpo", "hgpo"] and rows[3]["beta"] is None
     for r in rows:
         assert r["n_seeds"] == 2
         for name in SCORES:
@@ -207,6 +211,36 @@ def test_evaluation_on_a_tiny_configuration():
         )
     text = quality_markdown(rows)
     assert text.count("\n") == 1 + len(rows) and "| gaca β=0.3 |" in text
+
+
+def test_hgpo_rows_take_the_recipe_defaults_and_the_norm():
+    default = dict(QualityConfig().estimators())
+    assert (default["hgpo"].history_length, default["hgpo"].length_weight_alpha, default["hgpo"].norm) == (2, 1.0, None)
+    assert default["hgpo +base"].base_group and not default["hgpo"].base_group
+    mean = dict(QualityConfig(norm="mean").estimators())
+    assert mean["hgpo"].norm == mean["hgpo +base"].norm == mean["gigpo"].norm == "mean"
+    assert "hgpo" not in dict(QualityConfig(hgpo=False).estimators())
+
+
+class _HgpoWindowOne(QualityConfig):
+    """GiGPO and HGPO with only the window of the last anchor (K = 0), mean normalisation."""
+
+    def estimators(self) -> list[tuple[str, AdvantagesConfig]]:
+        g = self.env.gamma
+        hgpo = AdvantagesConfig(method="hgpo", gamma=g, norm="mean", history_length=0)
+        return [("gigpo", AdvantagesConfig(method="gigpo", gamma=g)), ("hgpo", hgpo)]
+
+
+def test_hgpo_with_one_window_scores_like_the_step_signal():
+    """K = 0, no base group, mean norm: HGPO's A_t is GiGPO's A^S times w/(w + ε), a positive
+    scale, so every score (ranks, signs, cosine) equals the A^S-only reference row."""
+    config = _HgpoWindowOne(seeds=(5,), groups=6, rollouts=4, env=SMALL)
+    env = build_corridors(SMALL)
+    rows = evaluate_log(as_log(sample_log(env, 6, 4, np.random.default_rng(5))), env, config)
+    assert [r["label"] for r in rows] == ["gigpo", "hgpo", STEP_ONLY]
+    for name in SCORES:
+        assert rows[1][name] == pytest.approx(rows[2][name], abs=1e-9), name
+    assert rows[1]["gradient_cosine"] != pytest.approx(rows[0]["gradient_cosine"], abs=1e-6)
 
 
 def test_gaca_with_a_tiny_beta_scores_like_gigpo():
