@@ -154,6 +154,38 @@ def keep_columns(
     return kept
 
 
+def rest(
+    items: Iterable[tuple[str, Any]],
+    file: str | os.PathLike,
+    where: str | None,
+    written: Container[str],
+    prefixes: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A record's other fields: (its scalars for their own columns, `keep_columns`; its nested
+    values for `extra`)."""
+    own, nested = split_fields(items)
+    return keep_columns(own, file, where, written, prefixes), nested
+
+
+def with_extra(row: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """`row`, with `extra` as its `extra` column when there is any."""
+    if extra:
+        row["extra"] = extra
+    return row
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) of each maximal run of non-zero values in a loss or response mask."""
+    runs, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
 def text_of(content: Any) -> str:
     """The text of a chat message's content: a string as it is, OpenAI content parts
     (`[{"type": "text", "text": ...}, ...]`) joined, None as ""."""
@@ -294,6 +326,16 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                 raise _not_utf8(path, line, bad, number)
             if line.strip():
                 yield number, _loads(line, path, f"line {number}")
+
+
+def objects(path: str | os.PathLike) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+    """(line number, "line N", the object) for each line of a JSONL file (`iter_jsonl`); a line
+    that is not a JSON object is a SourceError."""
+    for number, record in iter_jsonl(path):
+        where = f"line {number}"
+        if not isinstance(record, Mapping):
+            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+        yield number, where, record
 
 
 def read_json(path: str | os.PathLike) -> Any:
