@@ -20,11 +20,12 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     broken,
     declared,
-    iter_jsonl,
-    keep_columns,
     locate,
     located,
-    split_fields,
+    mask_runs,
+    objects,
+    rest,
+    with_extra,
 )
 
 INFO = FormatInfo(
@@ -99,10 +100,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
         # writes it), while its rows continue
         open_steps: dict[str, tuple[int, int, str]] = {}
         ended: dict[str, int] = {}  # trajectory key -> how many of its trajectories have ended
-        for line, record in iter_jsonl(path):
-            where = f"line {line}"
-            if not isinstance(record, Mapping):
-                raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+        for line, where, record in objects(path):
             kind = "generator output" if "response_ids" in record else "eval dump"
             if "response_ids" not in record and "output_response" not in record and "input_prompt" not in record:
                 kind = "unknown"
@@ -184,15 +182,11 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
         "prompt": prompt,
         "action": response,
     }
-    extra: dict[str, Any] = {}
+    # a field named like a column: source_<name>
+    own, extra = rest(((k, v) for k, v in record.items() if k not in _EVAL_FIELDS), path, where, SCHEMA_COLUMNS)
     if isinstance(record["score"], list):
-        extra["score"] = record["score"]
-    own, nested = split_fields((key, value) for key, value in record.items() if key not in _EVAL_FIELDS)
-    row.update(keep_columns(own, path, where, SCHEMA_COLUMNS))  # a field named like a column: source_<name>
-    extra.update(nested)
-    if extra:
-        row["extra"] = extra
-    return row
+        extra = {"score": record["score"], **extra}
+    return with_extra({**row, **own}, extra)
 
 
 def _generator_rows(
@@ -224,7 +218,7 @@ def _generator_rows(
     else:
         group_id = f"{step_tag}{uid}"
 
-    runs = _runs(mask)
+    runs = mask_runs(mask)
     empty_mask = not runs
     if empty_mask:
         runs = [(0, len(response_ids))]
@@ -232,11 +226,10 @@ def _generator_rows(
     common: dict[str, Any] = {"loss_mask_empty": empty_mask}
     for k in _GENERATOR_RENAMED.keys() & record.keys():
         common[_GENERATOR_RENAMED[k]] = record[k]
-    own, extra = split_fields(
-        (k, value) for k, value in record.items() if k not in _GENERATOR_MAPPED and k not in _GENERATOR_RENAMED
-    )
     # a field named like a column the rows get (`reward`, `done`, ...) is kept as source_<name>
-    common.update(keep_columns(own, path, where, _GENERATOR_WRITTEN))
+    items = ((k, v) for k, v in record.items() if k not in _GENERATOR_MAPPED and k not in _GENERATOR_RENAMED)
+    own, extra = rest(items, path, where, _GENERATOR_WRITTEN)
+    common.update(own)
     if traj is not None:
         common["instance_id"] = str(traj.instance_id)
         common["repetition_id"] = traj.repetition_id
@@ -271,21 +264,6 @@ def _generator_rows(
         ended[key] = ended.get(key, 0) + 1
     else:
         open_steps[traj_id] = (first_step + len(runs), line, f"{traj.instance_id}_{traj.repetition_id}")
-
-
-def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    """[start, end) of each maximal run of non-zero values."""
-    runs = []
-    start = None
-    for i, m in enumerate(mask):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    return runs
 
 
 def write_generator_output(

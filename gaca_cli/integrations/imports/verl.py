@@ -6,7 +6,8 @@ fields and the versions followed: docs/formats/verl.md."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,13 @@ from gaca_cli.integrations.imports.base import (
     declared,
     file_labels,
     is_scalar,
-    iter_jsonl,
-    keep_columns,
     locate,
     located,
+    mask_runs,
+    objects,
+    rest,
     show,
-    split_fields,
+    with_extra,
 )
 from gaca_cli.log import columns as C
 
@@ -114,6 +116,11 @@ class _AgentLoop(msgspec.Struct):
         for name, values in ((RESPONSE_MASK, self.response_mask), (RESPONSE_LOGPROBS, self.response_logprobs)):
             if values is not None and len(values) != n:
                 raise broken(name, f"has {len(values)} values for {n} response_ids")
+        if any(m not in (0, 1) for m in self.response_mask):
+            bad = next(i for i, m in enumerate(self.response_mask) if m not in (0, 1))
+            raise broken(RESPONSE_MASK, f"must hold 0s and 1s, got {self.response_mask[bad]} at position {bad}")
+        if 1 not in self.response_mask:
+            raise broken(RESPONSE_MASK, "no generated token (no 1 in the mask): no step to import")
         if self.reward_score is None and self.score is None:
             raise broken(REWARD_SCORE, "is null and the record has no 'score': add the trajectory's reward as 'score'")
 
@@ -125,10 +132,8 @@ def _kept(
     under their names). A scalar field named like a column this format writes is kept as
     source_<name>; a record that also has a field source_<name> is a SourceError naming it
     (`keep_columns`). `drop_null`: scalar nulls left out first (AgentLoopOutput's unset fields)."""
-    own, nested = split_fields((key, value) for key, value in record.items() if key not in consumed)
-    if drop_null:
-        own = {k: v for k, v in own.items() if v is not None}
-    return keep_columns(own, path, where, WRITTEN), nested
+    items = ((k, v) for k, v in record.items() if k not in consumed and not (drop_null and v is None))
+    return rest(items, path, where, WRITTEN)
 
 
 # --- rollout dumps -------------------------------------------------------------------------
@@ -165,12 +170,13 @@ def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, lin
     }
     if UID in record:
         row[UID] = record[UID] if isinstance(record[UID], (str, int)) else show(record[UID])
-    if nested:
-        row["extra"] = nested
-    return row
+    return with_extra(row, nested)
 
 
-def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[tuple[int, Any]]) -> Iterator[dict]:
+Lines = Iterable[tuple[int, str, Mapping[str, Any]]]
+
+
+def _read_dump(path: Path, label: str, lines: Lines) -> Iterator[dict]:
     """The rows of one dump file. Rows of a v1 session (uid `{uid}_{session}_{index}`) are held
     until the session ends, to put its score on its last output."""
     pending: list[dict[str, Any]] = []
@@ -186,10 +192,7 @@ def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[t
             yield row
         pending.clear()
 
-    for line, record in _chain(first, lines):
-        where = f"line {line}"
-        if not isinstance(record, Mapping):
-            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+    for line, where, record in lines:
         if RESPONSE_MASK in record:
             raise SourceError(
                 path, where, None, "an agent-loop record in a rollout dump file: keep them in files apart"
@@ -217,31 +220,7 @@ def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[t
     yield from flush()
 
 
-def _chain(first: tuple[int, Any], rest: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
-    yield first
-    yield from rest
-
-
 # --- agent-loop trajectories ---------------------------------------------------------------
-
-
-def _runs(mask: Sequence[int], path: Path, where: str) -> list[tuple[int, int]]:
-    """The [start, end) spans of the runs of 1s in a response mask."""
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i, m in enumerate(mask):
-        if m not in (0, 1):
-            raise SourceError(path, where, RESPONSE_MASK, f"must hold 0s and 1s, got {m} at position {i}")
-        if m == 1 and start is None:
-            start = i
-        elif m == 0 and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    if not runs:
-        raise SourceError(path, where, RESPONSE_MASK, "no generated token (no 1 in the mask): no step to import")
-    return runs
 
 
 def _per_turn(values: list[float] | None, n_steps: int) -> list[float] | None:
@@ -259,7 +238,7 @@ def _per_turn(values: list[float] | None, n_steps: int) -> list[float] | None:
 def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: str, line: int) -> Iterator[dict]:
     loop = declared(_AgentLoop, record, path, where)
     fields = loop.extra_fields or {}
-    runs = _runs(loop.response_mask, path, where)
+    runs = mask_runs(loop.response_mask)
     per_step: dict[str, list[float]] = {}
     extra_fields = dict(fields)
     for key, column in ((TURN_SCORES, TURN_SCORE), (TOOL_REWARDS, TOOL_REWARD)):
@@ -303,13 +282,8 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
         yield row
 
 
-def _read_trajectories(
-    path: Path, label: str, first: tuple[int, Any], lines: Iterator[tuple[int, Any]]
-) -> Iterator[dict]:
-    for line, record in _chain(first, lines):
-        where = f"line {line}"
-        if not isinstance(record, Mapping):
-            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+def _read_trajectories(path: Path, label: str, lines: Lines) -> Iterator[dict]:
+    for line, where, record in lines:
         if RESPONSE_MASK not in record:
             raise SourceError(
                 path, where, RESPONSE_MASK, "missing: a rollout dump record in an agent-loop file: keep them apart"
@@ -324,17 +298,17 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     labels = file_labels(files)
     kinds: dict[str, Path] = {}
     for path in files:
-        lines = iter_jsonl(path)
+        lines = objects(path)
         first = next(lines, None)
         if first is None:
             continue
-        record = first[1]
-        if isinstance(record, Mapping) and RESPONSE_MASK in record:
+        record = first[2]
+        if RESPONSE_MASK in record:
             kind = "agent-loop trajectories"
-        elif isinstance(record, Mapping) and INPUT not in record and OUTPUT not in record:
+        elif INPUT not in record and OUTPUT not in record:
             raise SourceError(
                 path,
-                f"line {first[0]}",
+                first[1],
                 None,
                 "neither a rollout dump record (input, output, score, step) nor an agent-loop "
                 "record (prompt_ids, response_ids, response_mask)",
@@ -352,6 +326,6 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
                 "agent-loop trajectories separately",
             )
         if kind == "agent-loop trajectories":
-            yield from _read_trajectories(path, labels[path], first, lines)
+            yield from _read_trajectories(path, labels[path], itertools.chain([first], lines))
         else:
-            yield from _read_dump(path, labels[path], first, lines)
+            yield from _read_dump(path, labels[path], itertools.chain([first], lines))
