@@ -478,35 +478,38 @@ def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> 
     return declared(float, value, file, where, key)
 
 
+def _matches(text: str) -> list[str]:
+    """A source as given: a glob's matches (sorted), else the path itself."""
+    import glob
+
+    return (
+        sorted(glob.glob(text, recursive=True))
+        if any(ch in "*?[" for ch in text) and not os.path.exists(text)
+        else [text]
+    )
+
+
 def companion_files(sources: Iterable[str | os.PathLike], companions: Sequence[str]) -> list[Path]:
     """The existing files named `companions` beside each source file (globs expanded), which a
     format reads along with it (ms-swift's args.json, verifiers' metadata.json)."""
-    import glob
-
-    found: list[Path] = []
-    for raw in sources:
-        text = str(raw)
-        matches = glob.glob(text, recursive=True) if any(ch in "*?[" for ch in text) else [text]
-        for m in matches:
-            if os.path.isfile(m):
-                found.extend(p for name in companions if (p := Path(m).parent / name).is_file())
-    return found
+    return [
+        p
+        for raw in sources
+        for m in _matches(str(raw))
+        if os.path.isfile(m)
+        for name in companions
+        if (p := Path(m).parent / name).is_file()
+    ]
 
 
 def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]) -> list[Path]:
     """Files, globs and directories (searched recursively for `suffixes`) to a sorted list of
     files, each once."""
-    import glob
-
     files: list[Path] = []
     for raw in sources:
-        text = str(raw)
-        if any(ch in "*?[" for ch in text) and not os.path.exists(text):
-            matches = sorted(glob.glob(text, recursive=True))
-            if not matches:
-                raise GacaError("no file matches this pattern", file=text)
-        else:
-            matches = [text]
+        matches = _matches(str(raw))
+        if not matches:
+            raise GacaError("no file matches this pattern", file=str(raw))
         for m in matches:
             p = Path(m)
             if p.is_dir():
@@ -518,11 +521,7 @@ def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]
                 files.append(p)
             else:
                 raise GacaError("no such file or directory", file=m)
-    seen: set[Path] = set()
-    unique = []
+    unique: dict[Path, Path] = {}
     for f in files:
-        key = f.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return unique
+        unique.setdefault(f.resolve(), f)
+    return list(unique.values())

@@ -60,7 +60,6 @@ class _Parts:
     directory: Path
     label: str  # the sources as given, named by errors about rows that do not say their file
     files: list[Path] = field(default_factory=list)
-    schemas: list[pa.Schema] = field(default_factory=list)
     schema: pa.Schema | None = None  # the parts' schemas unified so far
     rows: int = 0
     order: dict[str, None] = field(default_factory=dict)  # column names in first-seen order
@@ -190,7 +189,6 @@ def _write_part(parts: _Parts, rows: list[dict[str, Any]], format_name: str) -> 
     path = parts.directory / f"part-{len(parts.files):06d}.parquet"
     pq.write_table(table, path, compression="none")
     parts.files.append(path)
-    parts.schemas.append(table.schema)
     parts.rows += table.num_rows
 
 
@@ -220,19 +218,10 @@ def _column_order(names: Iterable[str]) -> list[str]:
     return known + rest + ([EXTRA] if EXTRA in names else [])
 
 
-def _unified_schema(parts: _Parts) -> pa.Schema:
-    try:
-        schema = pa.unify_schemas(parts.schemas, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise GacaError(
-            f"the source's values of one field have types that do not agree ({exc})", file=parts.label
-        ) from None
-    return pa.schema([schema.field(n) for n in _column_order(schema.names)])
-
-
 def _merge(parts: _Parts, out: str, metadata: Mapping[str, str]) -> list[str]:
     """Concatenate the parts into `out` under their unified schema; returns its column names."""
-    schema = _unified_schema(parts)
+    assert parts.schema is not None
+    schema = pa.schema([parts.schema.field(n) for n in _column_order(parts.schema.names)])
     schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
     with pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=["group_id"]) as writer:
         for path in parts.files:

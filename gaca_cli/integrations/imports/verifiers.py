@@ -260,6 +260,11 @@ class _Trace(msgspec.Struct):
     calls: list[dict[str, Any]] = []
     verifiers: dict[str, Any] = {}
 
+    def __post_init__(self) -> None:
+        for i, node in enumerate(self.nodes):
+            if node.parent is not None and not 0 <= node.parent < i:
+                raise broken(f"nodes[{i}].parent", f"must be the index of an earlier node, got {node.parent!r}")
+
 
 class _Episode(msgspec.Struct):
     """An Episode line of traces.jsonl (verifiers/v1/episode.py): what the rows are built from."""
@@ -322,16 +327,6 @@ def _rewards(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> tu
     return total, columns
 
 
-def _checked_nodes(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    nodes = trace.get("nodes", [])
-    for i, node in enumerate(nodes):
-        if (parent := node.get("parent")) is not None and not 0 <= parent < i:
-            raise SourceError(
-                path, where, f"{field}.nodes[{i}].parent", f"must be the index of an earlier node, got {parent!r}"
-            )
-    return nodes
-
-
 def _trace_rows(
     path: Path,
     where: str,
@@ -344,7 +339,7 @@ def _trace_rows(
     episode_extra: dict[str, Any],
 ) -> Iterator[dict]:
     """One row per sampled node of one trace; the context of a row is its node's graph path."""
-    nodes = _checked_nodes(path, where, field, trace)
+    nodes = trace.get("nodes", [])
     reward, reward_columns = _rewards(path, where, field, trace)
     agent, calls = trace.get("agent", {}), trace.get("calls", [])
 
@@ -414,14 +409,10 @@ def _step(
     step: dict[str, Any] = {"messages": context, "action": action, "timestamp": node.get("timestamp")}
     extra: dict[str, Any] = {}
 
-    message = node["message"]
-    for key, value in message.items():
-        if key in ("role", "content", "tool_calls"):
-            continue
-        if is_scalar(value):
-            step[key] = value
-        elif value:
-            extra.setdefault("message", {})[key] = value
+    own, nested = split_fields((k, v) for k, v in node["message"].items() if k not in ("role", "content", "tool_calls"))
+    step.update(own)
+    if nested := {k: v for k, v in nested.items() if v}:
+        extra["message"] = nested
     node_extra = {k: v for k, v in node.items() if k not in _NODE_MAPPED and (v or v is False or v == 0)}
     if node_extra:
         extra["node"] = node_extra
