@@ -3,7 +3,6 @@ assistant turn. The layout, the fields and the versions followed: docs/formats/a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     declared,
     iter_parquet_rows,
+    json_text,
     located,
     objects,
     rest,
@@ -95,20 +95,6 @@ def _layout(path: Path) -> dict[str, Any]:
     return {}
 
 
-def _json_field(value: Any, path: Path, where: str, key: str) -> Any:
-    """A field ART's Parquet writer stored as JSON text (None and "" when it was empty)."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise SourceError(path, where, key, f"must be JSON text, got {type(value).__name__}")
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise SourceError(path, where, key, f"not valid JSON ({exc.msg})") from None
-    except (ValueError, RecursionError):  # an integer of too many digits, nesting too deep
-        raise SourceError(path, where, key, "not valid JSON (too large or too deeply nested to read)") from None
-
-
 def _message(m: Mapping[str, Any], trainable: bool, **fields: Any) -> dict[str, Any]:
     """A chat message with `trainable`, its other fields (an OpenAI `name`, `refusal`, ...) as
     `message_fields`, so that the step keeps them in `extra`."""
@@ -182,7 +168,7 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
             raise SourceError(path, where, "reward", "missing")
         row = declared(_Row, record, path, where)
         messages = [
-            _message(m, bool(m.get("trainable")), tool_calls=_json_field(m.get("tool_calls"), path, where, "messages"))
+            _message(m, bool(m.get("trainable")), tool_calls=json_text(m.get("tool_calls"), path, where, "messages"))
             for m in record["messages"]
         ]
         group = row.group_index
@@ -190,7 +176,7 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
         extra: dict[str, Any] = {}
         for key in KEPT:
             value = record.get(key)
-            parsed = (list(value) if value else None) if key.endswith("logs") else _json_field(value, path, where, key)
+            parsed = (list(value) if value else None) if key.endswith("logs") else json_text(value, path, where, key)
             if parsed:
                 extra[key] = parsed
         own, nested = rest(

@@ -301,19 +301,24 @@ def _check_unicode(value: Any, text: str, path: str | os.PathLike, where: str | 
     return value
 
 
-def _loads(text: str, path: str | os.PathLike, where: str | None) -> Any:
-    """`json.loads(text)`; text that is not JSON, or has a string that is not valid Unicode, is
-    a SourceError."""
+def _loads(text: str, path: str | os.PathLike, where: str | None, key: str | None = None) -> Any:
+    """`json.loads(text)` (the value of field `key`, when given); text that is not JSON, or has
+    a string that is not valid Unicode, is a SourceError."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         line = where or f"line {exc.lineno}"
-        raise SourceError(path, line, None, f"not valid JSON ({exc.msg})") from None
+        raise SourceError(path, line, key, f"not valid JSON ({exc.msg})") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise SourceError(path, where, None, f"not valid JSON ({str(exc).split(':')[0]})") from None
+        raise SourceError(path, where, key, f"not valid JSON ({str(exc).split(':')[0]})") from None
     except RecursionError:
-        raise SourceError(path, where, None, "not valid JSON (nested too deeply to read)") from None
+        raise SourceError(path, where, key, "not valid JSON (nested too deeply to read)") from None
     return _check_unicode(value, text, path, where)
+
+
+def json_text(value: Any, path: str | os.PathLike, where: str | None, key: str) -> Any:
+    """Field `key`, JSON stored as text (as ART's Parquet writer does), parsed; None for null or ""."""
+    return None if value is None or value == "" else _loads(declared(str, value, path, where, key), path, where, key)
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
