@@ -186,6 +186,23 @@ def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
+def token_steps(
+    prompt_ids: list[int], response_ids: list[int], runs: list[tuple[int, int]], logprobs: list[float] | None
+) -> list[dict[str, Any]]:
+    """The token columns of the steps of one response, a step per [start, end) run of its
+    mask: the prompt and the response before the run as its context, the run as its action."""
+    steps = []
+    for start, end in runs:
+        step: dict[str, Any] = {
+            "prompt_token_ids": prompt_ids + response_ids[:start],
+            "action_token_ids": response_ids[start:end],
+        }
+        if logprobs is not None:
+            step["behavior_logprobs"] = logprobs[start:end]
+        steps.append(step)
+    return steps
+
+
 def text_of(content: Any) -> str:
     """The text of a chat message's content: a string as it is, OpenAI content parts
     (`[{"type": "text", "text": ...}, ...]`) joined, None as ""."""

@@ -28,6 +28,7 @@ from gaca_cli.integrations.imports.base import (
     objects,
     rest,
     show,
+    token_steps,
     with_extra,
 )
 from gaca_cli.log import columns as C
@@ -258,28 +259,15 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
     if extra_fields:
         nested[EXTRA_FIELDS] = extra_fields
     last, outcome = len(runs) - 1, float(loop.reward_score if loop.reward_score is not None else loop.score or 0.0)
-    prompt_ids, response_ids = loop.prompt_ids, loop.response_ids
-    for k, (start, end) in enumerate(runs):
+    if loop.step is not None:
+        own[STEP] = loop.step
+    steps = token_steps(loop.prompt_ids, loop.response_ids, runs, loop.response_logprobs)
+    for k, tokens in enumerate(steps):
         reward = sum(values[k] for values in per_step.values()) + (outcome if k == last else 0.0)
-        row: dict[str, Any] = {
-            C.GROUP_ID: str(loop.uid),
-            C.TRAJ_ID: f"{label}/line{line}",
-            C.STEP_IDX: k,
-            C.REWARD: reward,
-            C.DONE: k == last,
-            C.PROMPT_TOKEN_IDS: prompt_ids + response_ids[:start],
-            C.ACTION_TOKEN_IDS: response_ids[start:end],
-            REWARD_SCORE: outcome,
-            **{column: values[k] for column, values in per_step.items()},
-            **own,
-        }
-        if loop.response_logprobs is not None:
-            row[C.BEHAVIOR_LOGPROBS] = loop.response_logprobs[start:end]
-        if loop.step is not None:
-            row[STEP] = loop.step
-        if nested and k == last:
-            row["extra"] = nested
-        yield row
+        row = {C.GROUP_ID: str(loop.uid), C.TRAJ_ID: f"{label}/line{line}", C.STEP_IDX: k, C.REWARD: reward}
+        row.update({C.DONE: k == last, **tokens, REWARD_SCORE: outcome})
+        row.update({column: values[k] for column, values in per_step.items()})
+        yield with_extra({**row, **own}, nested if k == last else {})
 
 
 def _read_trajectories(path: Path, label: str, lines: Lines) -> Iterator[dict]:
