@@ -246,27 +246,19 @@ class ImportResult:
 
 def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
     """What the imported log lacks, and what that means for each command."""
-    have = set(columns)
-    notes = []
+    have, notes = set(columns), []
     if not have & {"anchor_obs", "anchor_key"}:
-        route = (
-            "read the observation as the anchor (gaca advantages --map anchor_obs=observation) where every step "
-            "has one, or log anchor_obs"
-            if "observation" in have
-            else "or log anchor_obs"
-        )
+        route = "or log anchor_obs"
+        if "observation" in have:
+            route = (
+                "read the observation as the anchor (gaca advantages --map anchor_obs=observation) where every step "
+            )
+            route += "has one, or log anchor_obs"
         notes.append(
             f"no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; use --method grpo, {route}"
         )
-    lacking = [
-        name
-        for name, columns in (
-            ("prompt/messages", {"prompt", "messages", "prompt_token_ids"}),
-            ("action", {"action", "action_token_ids"}),
-        )
-        if not have & columns
-    ]
-    if lacking:
+    texts = {"prompt/messages": {"prompt", "messages", "prompt_token_ids"}, "action": {"action", "action_token_ids"}}
+    if lacking := [name for name, names in texts.items() if not have & names]:
         notes.append(f"no {' or '.join(lacking)} (text or token ids): gaca score and train-offline cannot run")
     if "behavior_logprobs" not in have:
         notes.append("no behavior_logprobs: gaca's criticality needs `gaca score` first")

@@ -15,13 +15,13 @@ from typing import Any
 import msgspec
 
 from gaca_cli.integrations.imports.base import (
-    CHAT,
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     after_last_turn,
     broken,
+    chat_messages,
     declared,
     is_scalar,
     iter_jsonl,
@@ -185,12 +185,8 @@ def _steps(path: Path, where: str, prompt: Any, completion: Any) -> Iterator[dic
             raise SourceError(path, where, "completion", "must be a string when the prompt is a string")
         yield {"prompt": prompt or "", "action": completion or ""}
         return
-    for field, value in (("prompt", prompt), ("completion", completion)):
-        if value is not None and (
-            not isinstance(value, list) or not all(isinstance(m, Mapping) and "role" in m for m in value)
-        ):
-            raise SourceError(path, where, field, f"must be {CHAT}")
-    completion = [_decoded_tool_calls(m) for m in completion or []]
+    chat_messages(prompt, path, where, "prompt")
+    completion = [_decoded_tool_calls(m) for m in chat_messages(completion or [], path, where, "completion")]
     prior_turns = sum(1 for m in prompt if m.get("role") == "assistant")  # few-shot turns are context
     turns = list(split_chat([*prompt, *completion]))[prior_turns:]
     if not turns:  # no assistant turn (an error before the first): the rollout is one empty step
