@@ -223,8 +223,9 @@ def text_of(content: Any) -> str:
     return json.dumps(content, sort_keys=True, default=str)
 
 
-def _message(m: Any) -> dict[str, str]:
-    return {"role": str(m.get("role", "")), "content": text_of(m.get("content"))}
+def plain_chat(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Chat messages as the log's `messages` column holds them: `{"role", "content"}` text."""
+    return [{"role": str(m.get("role", "")), "content": text_of(m.get("content"))} for m in messages]
 
 
 def action_text(message: Mapping[str, Any]) -> str:
@@ -250,7 +251,7 @@ def split_chat(
             yield list(context), text, m
             context.append({"role": str(m.get("role")), "content": text})
         else:
-            context.append(_message(m))
+            context.extend(plain_chat([m]))
 
 
 def after_last_turn(messages: Sequence[Mapping[str, Any]], assistant_role: str = "assistant") -> str | None:

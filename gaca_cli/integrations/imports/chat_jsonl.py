@@ -25,6 +25,7 @@ from gaca_cli.integrations.imports.base import (
     located,
     message_fields,
     objects,
+    plain_chat,
     rest,
     split_chat,
     text_of,
@@ -184,7 +185,7 @@ def _step(
     fields: dict[str, Any] = {}
     if r.messages is not None:
         messages = chat_messages(r.messages, path, where, f["messages"])
-        row["messages"] = [{"role": m["role"], "content": text_of(m.get("content"))} for m in messages]
+        row["messages"] = plain_chat(messages)
         used.add(f["messages"])
         fields = message_fields(messages)
     elif r.prompt is not None:

@@ -25,10 +25,10 @@ from gaca_cli.integrations.imports.base import (
     iter_parquet_rows,
     locate,
     number,
+    plain_chat,
     rest,
     show,
     split_chat,
-    text_of,
 )
 
 STEP, PROMPT, COMPLETION, ADVANTAGE = "step", "prompt", "completion", "advantage"
@@ -128,7 +128,7 @@ def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[d
         return [{PROMPT: prompt, "action": completion}], {}
     prompt_messages = chat_messages(prompt, path, where, PROMPT, f"must be a string or {CHAT}")
     completion_messages = chat_messages(completion, path, where, COMPLETION, f"must be {CHAT} when the prompt is one")
-    context = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in prompt_messages]
+    context = plain_chat(prompt_messages)
     steps = [{"messages": context + before, "action": text} for before, text, _ in split_chat(completion_messages)]
     if not steps:
         raise SourceError(path, where, COMPLETION, "has no assistant message")

@@ -25,14 +25,15 @@ from gaca_cli.integrations.imports.base import (
     declared,
     is_scalar,
     iter_jsonl,
-    keep_columns,
     located,
     message_fields,
     number,
+    plain_chat,
     read_json,
+    rest,
     split_chat,
     split_fields,
-    text_of,
+    with_extra,
 )
 
 INFO = FormatInfo(
@@ -139,15 +140,10 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
         common[f"metric_{name}"] = None if value is None else number(value, path, where, f"metrics.{name}")
     # the other fields (not mapped, nor a metric repeated at the top level); one named like a
     # column these rows have is kept as source_<name>
-    own, extra = split_fields(
-        (key, value)
-        for key, value in record.items()
-        if key not in _MAPPED and not (key in metrics and value == metrics[key])
-    )
-    written = {*SCHEMA_COLUMNS, *common}
-    common.update(keep_columns(own, path, where, written, ("metric_",)))
-    completed = record.get("is_completed", True)
-    done = completed if isinstance(completed, bool) else True
+    items = ((k, v) for k, v in record.items() if k not in _MAPPED and not (k in metrics and v == metrics[k]))
+    own, extra = rest(items, path, where, {*SCHEMA_COLUMNS, *common}, ("metric_",))
+    common.update(own)
+    done = record.get("is_completed") is not False
 
     steps = list(_steps(path, where, record.get("prompt"), record.get("completion")))
     if isinstance(record.get("prompt"), list):
@@ -159,9 +155,7 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     for i, step in enumerate(steps):
         last = i == len(steps) - 1
         row = {**common, **step, "step_idx": i, "reward": reward if last else 0.0, "done": done and last}
-        if last and extra:
-            row["extra"] = extra
-        yield row
+        yield with_extra(row, extra if last else {})
 
 
 def _decoded_tool_calls(message: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -190,7 +184,7 @@ def _steps(path: Path, where: str, prompt: Any, completion: Any) -> Iterator[dic
     prior_turns = sum(1 for m in prompt if m.get("role") == "assistant")  # few-shot turns are context
     turns = list(split_chat([*prompt, *completion]))[prior_turns:]
     if not turns:  # no assistant turn (an error before the first): the rollout is one empty step
-        context = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in [*prompt, *completion]]
+        context = plain_chat([*prompt, *completion])
         yield {"messages": context, "action": ""}
         return
     for context, action, _message in turns:
@@ -369,10 +363,7 @@ def _trace_rows(
     if not steps:  # no model turn (an error before the first): one empty step with the chat so far
         chain = _path(nodes, len(nodes) - 1) if nodes else []
         on_path.update(chain)
-        context = [
-            {"role": str(nodes[n]["message"]["role"]), "content": text_of(nodes[n]["message"].get("content"))}
-            for n in chain
-        ]
+        context = plain_chat(nodes[n]["message"] for n in chain)
         steps.append({"messages": context, "action": "", "extra": {"input_nodes": [nodes[n] for n in chain]}})
 
     last_extra = {**trace_extra, **episode_extra}
