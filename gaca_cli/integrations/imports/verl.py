@@ -157,18 +157,9 @@ def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, lin
     if record.get(GTS) is not None:  # verl < 0.6 writes none, later verl null without a ground truth
         (own if is_scalar(record[GTS]) else nested)[GTS] = record[GTS]
     digest = hashlib.sha1(dump.input.encode("utf-8")).hexdigest()[:12]
-    row: dict[str, Any] = {
-        C.GROUP_ID: f"{label}/{digest}",
-        C.TRAJ_ID: f"{label}/line{line}",
-        C.STEP_IDX: 0,
-        C.REWARD: dump.score,
-        C.EPISODE_REWARD: dump.score,
-        C.DONE: True,
-        C.ACTION: dump.output,
-        INPUT: dump.input,
-        STEP: dump.step,
-        **own,
-    }
+    row = {C.GROUP_ID: f"{label}/{digest}", C.TRAJ_ID: f"{label}/line{line}", C.STEP_IDX: 0, C.REWARD: dump.score}
+    row.update({C.EPISODE_REWARD: dump.score, C.DONE: True, C.ACTION: dump.output, INPUT: dump.input, STEP: dump.step})
+    row.update(own)
     if UID in record:
         row[UID] = record[UID] if isinstance(record[UID], (str, int)) else show(record[UID])
     return with_extra(row, nested)
@@ -188,8 +179,7 @@ def _read_dump(path: Path, label: str, lines: Lines) -> Iterator[dict]:
             finished.add(pending[0][C.TRAJ_ID])
         for k, row in enumerate(pending):
             last = k == len(pending) - 1
-            row[C.REWARD] = row[C.EPISODE_REWARD] if last else 0.0
-            row[C.DONE] = last
+            row.update({C.REWARD: row[C.EPISODE_REWARD] if last else 0.0, C.DONE: last})
             yield row
         pending.clear()
 
@@ -210,12 +200,10 @@ def _read_dump(path: Path, label: str, lines: Lines) -> Iterator[dict]:
         if pending and traj != pending[0][C.TRAJ_ID]:
             yield from flush()
         if traj in finished:
-            raise SourceError(
-                path, where, UID, f"the outputs of session {traj!r} are not on consecutive lines (verl sorts them)"
-            )
-        expected = len(pending)
-        if index != expected:
-            raise SourceError(path, where, UID, f"output index {index} of session {traj!r}: expected {expected}")
+            rule = f"the outputs of session {traj!r} are not on consecutive lines (verl sorts them)"
+            raise SourceError(path, where, UID, rule)
+        if index != len(pending):
+            raise SourceError(path, where, UID, f"output index {index} of session {traj!r}: expected {len(pending)}")
         row.update({C.GROUP_ID: group, C.TRAJ_ID: traj, C.STEP_IDX: index})
         pending.append(row)
     yield from flush()
@@ -291,28 +279,15 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
         if first is None:
             continue
         record = first[2]
-        if RESPONSE_MASK in record:
-            kind = "agent-loop trajectories"
-        elif INPUT not in record and OUTPUT not in record:
-            raise SourceError(
-                path,
-                first[1],
-                None,
-                "neither a rollout dump record (input, output, score, step) nor an agent-loop "
-                "record (prompt_ids, response_ids, response_mask)",
-            )
-        else:
-            kind = "rollout dumps"
+        if RESPONSE_MASK not in record and INPUT not in record and OUTPUT not in record:
+            rule = "neither a rollout dump record (input, output, score, step) nor an agent-loop record "
+            raise SourceError(path, first[1], None, rule + "(prompt_ids, response_ids, response_mask)")
+        kind = "agent-loop trajectories" if RESPONSE_MASK in record else "rollout dumps"
         kinds.setdefault(kind, path)
         if len(kinds) > 1:
             other = next(p for k, p in kinds.items() if k != kind)
-            raise SourceError(
-                path,
-                None,
-                None,
-                f"holds {kind} but {other} holds the other kind: import rollout dumps and "
-                "agent-loop trajectories separately",
-            )
+            rule = f"holds {kind} but {other} holds the other kind: import rollout dumps and agent-loop trajectories"
+            raise SourceError(path, None, None, rule + " separately")
         if kind == "agent-loop trajectories":
             yield from _read_trajectories(path, labels[path], itertools.chain([first], lines))
         else:
