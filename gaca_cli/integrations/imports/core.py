@@ -24,7 +24,15 @@ import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.integrations.imports import FORMATS, format_module
-from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, expand_sources, origin
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    expand_sources,
+    keep_columns,
+    locate,
+    origin,
+)
 
 # the Arrow type of every column the schema knows (docs/log-schema.md)
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.large_string())])
@@ -90,21 +98,12 @@ def _normalise(
     row: dict[str, Any], reserved: frozenset[str], renamed: dict[str, str], label: str
 ) -> tuple[dict[str, Any], int]:
     """The row with `extra` as JSON text and a source field named like a column gaca writes
-    renamed `source_<name>` (the commands would replace it; noted in `renamed`), and its
-    approximate size in bytes. A row that also has a field `source_<name>` is an error: one of
-    the two would be lost."""
-    for key in [k for k in row if k in reserved]:
-        target = f"source_{key}"
-        if target in row:
-            raise _row_error(
-                row,
-                label,
-                key,
-                f"is kept as '{target}' because gaca writes a column '{key}', but the record also gives "
-                f"'{target}'; rename one of the two in the source",
-            )
-        row[target] = row.pop(key)
-        renamed[key] = target
+    renamed `source_<name>` (the commands would replace it; noted in `renamed`; see
+    `keep_columns`), and its approximate size in bytes."""
+    if clashes := [k for k in row if k in reserved]:
+        file, where = origin(row)
+        renamed.update((key, f"source_{key}") for key in clashes)
+        row = locate(keep_columns(row, file or label, where, reserved), file or label, where)
     extra = row.get(EXTRA)
     if extra is not None and not isinstance(extra, str):
         row[EXTRA] = json.dumps(extra, sort_keys=True, default=str, ensure_ascii=False)
