@@ -133,18 +133,16 @@ def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_nam
         try:
             pa.array([value], type=target) if target is not None else pa.array([first, value])
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+            rule = f"the {format_name} source gives {value!r:.60} here, "
             if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
-                rule = f"the {format_name} source gives {value!r:.60} here, an integer outside the 64-bit range a column holds"
+                rule += "an integer outside the 64-bit range a column holds"
             else:
                 want = (
                     f"the schema's {target}"
                     if target is not None
                     else f"the type of its earlier values ({first!r:.40})"
                 )
-                rule = (
-                    f"the {format_name} source gives {value!r:.60} here, which does not fit {want}; "
-                    "a field must have one type in every record"
-                )
+                rule += f"which does not fit {want}; a field must have one type in every record"
             raise _row_error(row, label, name, rule) from None
     raise GacaError(f"the {format_name} source's values cannot be stored in one column", file=label, column=name)
 
@@ -163,21 +161,16 @@ def _unify(earlier: pa.Schema, table: pa.Table, rows: list[dict[str, Any]], form
         return pa.unify_schemas([earlier, table.schema], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         pass
-    for name in table.column_names:
-        if name not in earlier.names:
-            continue
-        before = pa.schema([earlier.field(name)])
+    for name in (n for n in table.column_names if n in earlier.names):
         try:
-            pa.unify_schemas([before, pa.schema([table.schema.field(name)])], promote_options="permissive")
+            pa.unify_schemas(
+                [pa.schema([earlier.field(name)]), pa.schema([table.schema.field(name)])], promote_options="permissive"
+            )
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             row = next(r for r in rows if r.get(name) is not None)
-            raise _row_error(
-                row,
-                label,
-                name,
-                f"the {format_name} source gives {row[name]!r:.60} here, which does not fit the type of its "
-                f"earlier values ({earlier.field(name).type}); a field must have one type in every record",
-            ) from None
+            rule = f"the {format_name} source gives {row[name]!r:.60} here, which does not fit the type of its earlier "
+            rule += f"values ({earlier.field(name).type}); a field must have one type in every record"
+            raise _row_error(row, label, name, rule) from None
     raise GacaError("the source's values of one field have types that do not agree", file=label)
 
 
