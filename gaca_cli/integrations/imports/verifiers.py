@@ -400,8 +400,7 @@ def _step(
     step.update(own)
     if nested := {k: v for k, v in nested.items() if v}:
         extra["message"] = nested
-    node_extra = {k: v for k, v in node.items() if k not in _NODE_MAPPED and (v or v is False or v == 0)}
-    if node_extra:
+    if node_extra := {k: v for k, v in node.items() if k not in _NODE_MAPPED and (v or v is False or v == 0)}:
         extra["node"] = node_extra
 
     tokens, mask, logprobs = node.get("token_ids", []), node.get("mask", []), node.get("logprobs", [])
@@ -411,15 +410,11 @@ def _step(
         scaffold = len(tokens) - n_sampled
         step["prompt_token_ids"] = [t for n in chain[:-1] for t in nodes[n]["token_ids"]] + tokens[:scaffold]
         step["action_token_ids"] = tokens[scaffold:]
-        if logprobs:
-            if len(logprobs) != n_sampled:
-                raise SourceError(
-                    path,
-                    where,
-                    f"{field}.logprobs",
-                    f"must hold one value per sampled token ({n_sampled}), got {len(logprobs)}",
-                )
-            step["behavior_logprobs"] = [number(v, path, where, f"{field}.logprobs") for v in logprobs]
+        if logprobs and len(logprobs) != n_sampled:
+            rule = f"must hold one value per sampled token ({n_sampled}), got {len(logprobs)}"
+            raise SourceError(path, where, f"{field}.logprobs", rule)
+        if logprobs:  # numbers: the node is declared
+            step["behavior_logprobs"] = [float(v) for v in logprobs]
     elif tokens:  # tokens the mask does not split into scaffold then sample: kept as written
         extra["node_tokens"] = {"token_ids": tokens, "mask": mask, "logprobs": logprobs}
 
@@ -430,14 +425,8 @@ def _step(
     inputs = [{k: v for k, v in nodes[n].items() if k not in covered} for n in chain[start:-1]]
     if inputs:
         extra["input_nodes"] = inputs
-
     if call is not None:
-        for key in _CALL_COLUMNS:
-            if key in call:
-                step[key] = call[key]
-        rest = {k: v for k, v in call.items() if k not in (*_CALL_COLUMNS, "node")}
-        if rest:
-            extra["call"] = rest
-    if extra:
-        step["extra"] = extra
-    return step
+        step.update((key, call[key]) for key in _CALL_COLUMNS if key in call)
+        if other := {k: v for k, v in call.items() if k not in (*_CALL_COLUMNS, "node")}:
+            extra["call"] = other
+    return with_extra(step, extra)
