@@ -32,20 +32,6 @@ from gaca_cli.integrations.imports.base import (
     with_extra,
 )
 
-FIELDS = (
-    "group_id",
-    "traj_id",
-    "step_idx",
-    "messages",
-    "prompt",
-    "action",
-    "reward",
-    "rewards",
-    "episode_reward",
-    "anchor_obs",
-    "done",
-)
-
 INFO = FormatInfo(
     name="chat-jsonl",
     summary="one JSON line per step or per trajectory: OpenAI-format messages, reward(s), ids (--map renames fields)",
@@ -208,7 +194,7 @@ def _step(
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     """One row per step: trajectory records are split at their assistant turns."""
     counters: dict[str, int] = {}
-    f = {name: options.field_map.get(name, name) for name in FIELDS}
+    f = {name: options.field_map.get(name, name) for name in _Record.__struct_fields__}
     declaration = _declaration(options)
     for path in files:
         for line, where, record in objects(path):

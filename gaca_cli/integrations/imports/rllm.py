@@ -84,22 +84,6 @@ EPISODE_KEYS = {"trajectories", "is_correct"}  # and the one of `id`, `episode_i
 EPISODE_COLUMNS = ("termination_reason", "training_step", "epoch", "task_hash", "session_id")
 TRAJECTORY_KEYS = {"name", "uid", "reward", "steps"}
 TRAJECTORY_COLUMNS = ("num_steps",)
-STEP_KEYS = {
-    "chat_completions",
-    "model_response",
-    "reward",
-    "done",
-    "observation",
-    "action",
-    "thought",
-    "prompt_ids",
-    "response_ids",
-    "logprobs",
-    "mc_return",
-    "advantage",
-    "weight_version",
-    "model_output",
-}
 #: the columns a row of this format has (the schema's, and those it maps or derives), and
 #: `advantage`, gaca's: a step field of one of these names that is not the field mapped to it is
 #: kept as `source_<name>` (`advantage` too: rLLM's own), and so is an episode field whose
@@ -190,6 +174,18 @@ class _Episode(msgspec.Struct):
     def __post_init__(self) -> None:
         if self.episode_id is None and self.id is None:
             raise broken("episode_id", "missing (or `id`)")
+
+
+#: the step fields read (the others are kept under their names)
+STEP_KEYS = {
+    *_Step.__struct_fields__,
+    "observation",
+    "action",
+    "thought",
+    "mc_return",
+    "weight_version",
+    "model_output",
+}
 
 
 def _ints(value: list[Any] | None) -> list[int] | None:

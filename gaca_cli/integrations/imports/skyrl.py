@@ -67,28 +67,16 @@ _EVAL_FIELDS = ("input_prompt", "output_response", "score")
 _AGGREGATED = "aggregated_results.jsonl"
 # GeneratorOutput per-row fields that `write_generator_output` writes (tensors are left out).
 _ROW_FIELDS = (
-    "prompt_token_ids",
-    "response_ids",
-    "rewards",
-    "loss_masks",
-    "stop_reasons",
-    "rollout_logprobs",
-    "is_last_step",
-    "env_metrics",
-    "trajectory_generation_times",
+    "prompt_token_ids response_ids rewards loss_masks stop_reasons rollout_logprobs is_last_step env_metrics".split()
 )
+_ROW_FIELDS.append("trajectory_generation_times")
 # fields that become step columns, and scalar fields kept under another name
 _GENERATOR_MAPPED = frozenset(
     {"prompt_token_ids", "response_ids", "rewards", "loss_masks", "rollout_logprobs", "is_last_step", "trajectory_ids"}
 )
 _GENERATOR_RENAMED = {"stop_reasons": "stop_reason", "trajectory_generation_times": "generation_time_s"}
 # the columns a generator-output row gets: a source field of one of these names is kept as source_<name>
-_GENERATOR_WRITTEN = SCHEMA_COLUMNS | {
-    "loss_mask_empty",
-    "instance_id",
-    "repetition_id",
-    *_GENERATOR_RENAMED.values(),
-}
+_GENERATOR_WRITTEN = SCHEMA_COLUMNS | {"loss_mask_empty", "instance_id", "repetition_id", *_GENERATOR_RENAMED.values()}
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:

@@ -34,28 +34,12 @@ from gaca_cli.integrations.imports.base import (
 from gaca_cli.log import columns as C
 
 INPUT, OUTPUT, GTS, SCORE, STEP, UID = "input", "output", "gts", "score", "step", "uid"
-PROMPT_IDS, RESPONSE_IDS, RESPONSE_MASK, RESPONSE_LOGPROBS = (
-    "prompt_ids",
-    "response_ids",
-    "response_mask",
-    "response_logprobs",
-)
+RESPONSE_MASK, RESPONSE_LOGPROBS = "response_mask", "response_logprobs"
 REWARD_SCORE, EXTRA_FIELDS, TURN_SCORES, TOOL_REWARDS = "reward_score", "extra_fields", "turn_scores", "tool_rewards"
 TURN_SCORE, TOOL_REWARD = "turn_score", "tool_reward"  # the per-step columns they become
 # the columns this format writes and the schema's own: a source field of one of these names is
 # kept as source_<name>
-WRITTEN = frozenset(
-    {
-        *SCHEMA_COLUMNS,
-        INPUT,
-        GTS,
-        STEP,
-        UID,
-        REWARD_SCORE,
-        TURN_SCORE,
-        TOOL_REWARD,
-    }
-)
+WRITTEN = frozenset({*SCHEMA_COLUMNS, INPUT, GTS, STEP, UID, REWARD_SCORE, TURN_SCORE, TOOL_REWARD})
 
 INFO = FormatInfo(
     name="verl",
@@ -240,10 +224,10 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
             del extra_fields[key]
         elif not values:
             del extra_fields[key]
-    consumed = frozenset(
-        {UID, PROMPT_IDS, RESPONSE_IDS, RESPONSE_MASK, RESPONSE_LOGPROBS, REWARD_SCORE, SCORE, STEP, EXTRA_FIELDS}
-    )
-    own, nested = _kept(record, consumed, path, where, drop_null=True)  # AgentLoopOutput's unset fields
+
+    own, nested = _kept(
+        record, frozenset(_AgentLoop.__struct_fields__), path, where, drop_null=True
+    )  # AgentLoopOutput's unset fields
     if extra_fields:
         nested[EXTRA_FIELDS] = extra_fields
     last, outcome = len(runs) - 1, float(loop.reward_score if loop.reward_score is not None else loop.score or 0.0)
