@@ -218,12 +218,10 @@ def _merge(parts: _Parts, out: str, metadata: Mapping[str, str]) -> list[str]:
     with pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=["group_id"]) as writer:
         for path in parts.files:
             table = pq.read_table(path)
-            columns = []
-            for f in schema:
-                if f.name in table.column_names:
-                    columns.append(table.column(f.name).cast(f.type))
-                else:
-                    columns.append(pa.nulls(table.num_rows, f.type))
+            columns = [
+                table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                for f in schema
+            ]
             writer.write_table(pa.Table.from_arrays(columns, schema=schema))
     return schema.names
 
@@ -289,14 +287,11 @@ def run_import(
         _stream_parts(module.read(files, options), parts, format_name)
         if parts.rows == 0:
             raise GacaError(f"no records found for format {format_name}", file=label)
-        metadata = {
-            "gaca.import": json.dumps(
-                {"format": format_name, "files": [str(f) for f in files], "source": info.source},
-                sort_keys=True,
-            )
-        }
-        merged = tmp / "log.parquet"
-        columns = _merge(parts, str(merged), metadata)
+        merged, about = (
+            tmp / "log.parquet",
+            {"format": format_name, "files": [str(f) for f in files], "source": info.source},
+        )
+        columns = _merge(parts, str(merged), {"gaca.import": json.dumps(about, sort_keys=True)})
         log = read_log([merged], {}, columns=_checked_columns)
         result = check_log(log, command)
         violations = [_renamed(v, f"{label} (as imported)") for v in result.violations]
@@ -344,8 +339,7 @@ def _distinct(log: Any, column: str) -> int:
 def _max_steps(log: Any) -> int:
     import pyarrow.compute as pc
 
-    steps = log.table.column("step_idx")
-    value = pc.max(steps).as_py()
+    value = pc.max(log.table.column("step_idx")).as_py()
     return 0 if value is None else int(value) + 1
 
 
