@@ -113,10 +113,8 @@ def _trajectory(r: _Record, record: Mapping[str, Any], path: Path, line: int, f:
         # the outcome too: it must agree, or one would be lost (float32 rewards summed in float64
         # differ from their float32 sum by ~1e-8)
         if r.reward is not None and not math.isclose(r.reward, outcome, rel_tol=1e-6, abs_tol=1e-9):
-            rule = (
-                f"is {r.reward!r}, but `{f['rewards']}` sums to {outcome!r}: give one of the two, or both in agreement"
-            )
-            raise SourceError(path, where, f["reward"], rule)
+            rule = f"is {r.reward!r}, but `{f['rewards']}` sums to {outcome!r}: give one of the two, or both in "
+            raise SourceError(path, where, f["reward"], rule + "agreement")
     elif r.reward is not None:
         outcome, step_rewards = r.reward, [0.0] * (n - 1) + [r.reward]
     else:
@@ -124,10 +122,8 @@ def _trajectory(r: _Record, record: Mapping[str, Any], path: Path, line: int, f:
     anchors = r.anchor_obs
     if anchors is not None and (not isinstance(anchors, list) or len(anchors) != n):
         raise SourceError(path, where, f["anchor_obs"], f"must be a list of {n} strings (one per assistant turn)")
-    task = repr([(m.get("role"), text_of(m.get("content"))) for m in turns[0][0]])
-    group_id = (
-        hashlib.blake2b(task.encode("utf-8"), digest_size=8).hexdigest() if r.group_id is None else str(r.group_id)
-    )
+    task = repr([(m.get("role"), text_of(m.get("content"))) for m in turns[0][0]]).encode("utf-8")
+    group_id = hashlib.blake2b(task, digest_size=8).hexdigest() if r.group_id is None else str(r.group_id)
     used = {f[name] for name in ("group_id", "traj_id", "messages", "reward", "rewards", "episode_reward")}
     own, extra = _rest(record, used | {f["anchor_obs"], f["done"]}, path, where)
     fields, final = message_fields(messages), after_last_turn(messages)

@@ -29,6 +29,7 @@ from gaca_cli.integrations.imports.base import (
     rest,
     show,
     split_chat,
+    with_extra,
 )
 
 STEP, PROMPT, COMPLETION, ADVANTAGE = "step", "prompt", "completion", "advantage"
@@ -149,42 +150,24 @@ def _group_key(step: int, prompt: Any) -> str:
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     """One row per step of each completion, file by file, row by row (Parquet record batches)."""
-    labels = file_labels(files)
-    weights = options.reward_weights
-    hint = (
-        ""
-        if weights is not None
-        else "; if the run logged log_extra columns, give --reward-weights (one weight per reward "
-        "function): only that many columns are then read as rewards"
-    )
+    labels, weights = file_labels(files), options.reward_weights
+    hint = "; if the run logged log_extra columns, give --reward-weights (one weight per reward function): only "
+    hint = "" if weights is not None else hint + "that many columns are then read as rewards"
     for path in files:
         columns: tuple[list[str], list[str]] | None = None
         for row, record in iter_parquet_rows(path):
             where = f"row {row}"
-            reward_columns, others = columns = columns or _columns(
-                record, path, None if weights is None else len(weights)
-            )
+            functions, others = columns = columns or _columns(record, path, None if weights is None else len(weights))
             head = declared(_Row, record, path, where)
-            total, per_function = _reward(
-                record, reward_columns, weights or (1.0,) * len(reward_columns), path, where, hint
-            )
+            total, per_function = _reward(record, functions, weights or (1.0,) * len(functions), path, where, hint)
             steps, extra = _steps(record[PROMPT], record[COMPLETION], path, where)
             own, nested = rest(((name, record[name]) for name in others), path, where, WRITTEN, (REWARD_PREFIX,))
             extra.update(nested)
             group_id, last = f"{labels[path]}/{_group_key(head.step, record[PROMPT])}", len(steps) - 1
+            # the completion's columns: its step, each reward function's value, TRL's advantage
+            common = {STEP: head.step, **{f"{REWARD_PREFIX}{n}": v for n, v in per_function.items()}}
+            common.update({SOURCE_ADVANTAGE: head.advantage, **own})
             for k, fields in enumerate(steps):
-                out: dict[str, Any] = {
-                    "group_id": group_id,
-                    "traj_id": f"{labels[path]}/row{row}",
-                    "step_idx": k,
-                    "reward": total if k == last else 0.0,
-                    "done": k == last,
-                    **fields,
-                    STEP: head.step,
-                    **{f"{REWARD_PREFIX}{name}": value for name, value in per_function.items()},
-                    SOURCE_ADVANTAGE: head.advantage,
-                    **own,
-                }
-                if extra and k == last:
-                    out["extra"] = extra
-                yield locate(out, path, where)
+                out = {"group_id": group_id, "traj_id": f"{labels[path]}/row{row}", "step_idx": k}
+                out.update({"reward": total if k == last else 0.0, "done": k == last, **fields, **common})
+                yield locate(with_extra(out, extra if k == last else {}), path, where)
