@@ -147,14 +147,9 @@ def _steps(
         step.update(episode_reward=reward, done=last, messages=context, action=action, trainable=message["trainable"])
         if "finish_reason" in message:
             step["finish_reason"] = message["finish_reason"]
-        step_extra = dict(extra)
-        if tool_call_ids:
-            step_extra["tool_call_ids"] = list(tool_call_ids)
-        if message.get("message_fields"):
-            step_extra["message_fields"] = message["message_fields"]
-        if context_fields:
-            step_extra["context_message_fields"] = dict(context_fields)
-        yield with_extra({**step, **row}, step_extra)
+        more: dict[str, Any] = {"tool_call_ids": list(tool_call_ids), "context_message_fields": dict(context_fields)}
+        more["message_fields"] = message.get("message_fields")
+        yield with_extra({**step, **row}, {**extra, **{k: v for k, v in more.items() if v}})
 
 
 def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
