@@ -107,15 +107,8 @@ def _normalise(
     extra = row.get(EXTRA)
     if extra is not None and not isinstance(extra, str):
         row[EXTRA] = json.dumps(extra, sort_keys=True, default=str, ensure_ascii=False)
-    size = 64
-    for key in TEXT_FIELDS:
-        value = row.get(key)
-        if isinstance(value, str):
-            size += len(value)
-    messages = row.get("messages")
-    if messages:
-        size += sum(len(m.get("content") or "") for m in messages)
-    return row, size
+    size = 64 + sum(len(value) for key in TEXT_FIELDS if isinstance(value := row.get(key), str))
+    return row, size + sum(len(m.get("content") or "") for m in row.get("messages") or ())
 
 
 def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_name: str, label: str) -> pa.Array:
@@ -190,9 +183,7 @@ def _stream_parts(rows: Iterable[dict[str, Any]], parts: _Parts, format_name: st
     reserved = _written_by_gaca()
     for row in rows:
         row, n = _normalise(row, reserved, parts.renamed, parts.label)
-        for key in row:
-            if key not in parts.order:
-                parts.order[key] = None
+        parts.order.update(dict.fromkeys(row))
         batch.append(row)
         size += n
         if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:

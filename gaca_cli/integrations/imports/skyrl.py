@@ -154,12 +154,8 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
     row: dict[str, Any] = {
         "group_id": f"{path}:{hashlib.sha1(prompt.encode('utf-8')).hexdigest()[:16]}",
         "traj_id": f"{path}:{line}",
-        "step_idx": 0,
-        "reward": score,
-        "done": True,
-        "prompt": prompt,
-        "action": response,
     }
+    row.update(step_idx=0, reward=score, done=True, prompt=prompt, action=response)
     # a field named like a column: source_<name>
     own, extra = rest(((k, v) for k, v in record.items() if k not in _EVAL_FIELDS), path, where, SCHEMA_COLUMNS)
     if isinstance(record["score"], list):
