@@ -286,14 +286,11 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
             _spread(episode[key], prefix, columns, extra, frozenset())
     skip = frozenset({"task", "traces", "env", "run", "group"})
     _spread({k: v for k, v in episode.items() if k not in skip}, "episode_", columns, extra, frozenset())
-    group = columns.get("episode_group_id") or task.get("key") or task.get("hash")
-    if group is None:
-        group = json.dumps(data, sort_keys=True)
+    group = columns.get("episode_group_id") or task.get("key") or task.get("hash") or json.dumps(data, sort_keys=True)
 
     if not traces:  # the task failed before any agent ran: one empty step keeps the episode
         row = {**columns, "group_id": f"{path}:{group}", "traj_id": f"{path}:{line}", "step_idx": 0}
-        row.update(messages=[], action="", reward=0.0, done=False)
-        yield {**row, "extra": extra} if extra else row
+        yield with_extra(row | {"messages": [], "action": "", "reward": 0.0, "done": False}, extra)
     for t, trace in enumerate(traces):
         last_extra = extra if t == len(traces) - 1 else {}
         yield from _trace_rows(
@@ -347,11 +344,9 @@ def _trace_rows(
     by_node = {c["node"]: c for c in calls if isinstance(c.get("node"), int)}
     loose_calls = [c for c in calls if not isinstance(c.get("node"), int)]
     last_call = next((c for c in reversed(calls) if c.get("error") is None), None)
-    truncated = trace.get("stop_condition") in _LIMIT_STOPS or bool(
-        last_call and last_call.get("finish_reason") == "length"
-    )
+    length = last_call is not None and last_call.get("finish_reason") == "length"
+    common["is_truncated"] = truncated = trace.get("stop_condition") in _LIMIT_STOPS or length
     done = trace.get("is_completed") is True and not truncated
-    common["is_truncated"] = truncated
 
     sampled = [i for i, node in enumerate(nodes) if node.get("sampled") is True]
     on_path: set[int] = set()
@@ -375,9 +370,7 @@ def _trace_rows(
         last = k == len(steps) - 1
         row = {**common, **step, "group_id": group_id, "traj_id": traj_id, "step_idx": k}
         row.update(reward=reward if last else 0.0, done=done and last)
-        if last and last_extra:
-            row["extra"] = {**row.get("extra", {}), **last_extra}
-        yield row
+        yield with_extra(row, {**row.get("extra", {}), **(last_extra if last else {})})
 
 
 def _path(nodes: list[Mapping[str, Any]], i: int) -> list[int]:
