@@ -153,7 +153,7 @@ BAD = [
     ({"messages": [TASK], "reward": 1}, "line 1: field 'messages': has no assistant turn"),
     ({"messages": "hello", "reward": 1}, "line 1: field 'messages': must be a list of chat messages"),
     ({"messages": chat("a"), "reward": 1, "anchor_obs": "x"}, "line 1: field 'anchor_obs': must be a list of 1"),
-    ({"messages": chat("a"), "reward": 1, "traj_id": [1]}, "line 1: field 'traj_id': must be a string or an integer"),
+    ({"messages": chat("a"), "reward": 1, "traj_id": [1]}, "line 1: field 'traj_id': must be an integer or a string"),
     ({"action": "a", "traj_id": "t", "group_id": "g", "reward": 0}, "line 1: field 'messages': missing"),
     ({"action": "a", "group_id": "g", "reward": 0, "prompt": "p"}, "line 1: field 'traj_id': missing"),
     ({"action": "a", "traj_id": "t", "group_id": "g", "reward": 0, "prompt": "p", "step_idx": 1.5}, "field 'step_idx'"),

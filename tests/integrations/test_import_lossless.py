@@ -49,6 +49,8 @@ FIXTURES = [
     ("swift", [DATA / "swift" / "ray_driver" / "completions.jsonl"]),
     ("trl", sorted((DATA / "trl" / "standard").glob("*.parquet"))),
     ("trl", sorted((DATA / "trl" / "conversational").glob("*.parquet"))),
+    ("trl", sorted((DATA / "trl" / "0.29" / "standard").glob("*.parquet"))),
+    ("trl", sorted((DATA / "trl" / "0.29" / "conversational").glob("*.parquet"))),
     ("verl", sorted((DATA / "verl" / "rollout").glob("*.jsonl"))),
     ("verl", [DATA / "verl" / "validation" / "3.jsonl"]),
     ("verl", [DATA / "verl" / "v1_rollout" / "4.jsonl"]),

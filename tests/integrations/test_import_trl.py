@@ -382,3 +382,25 @@ def test_gaca_validate_from_trl_writes_nothing(tmp_path):
     res = gaca("validate", "--from", "trl", src)
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in src.iterdir()) == ["completions_00001.parquet", "completions_00002.parquet"]
+
+
+@pytest.mark.parametrize(("folder", "weights"), [("standard", WEIGHTS), ("conversational", None)])
+def test_the_tables_of_trl_0_29_read_without_reward_weights(folder, weights):
+    """TRL 0.28 and 0.29 write the table without log_extra columns (tests/data/trl/0.29/, written
+    by TRL 0.29.1's own `GRPOTrainer.log`, make_fixture.py): every column between completion and
+    advantage is a reward function's, and the import needs no --reward-weights to say so."""
+    for path in sorted((DATA / "0.29" / folder).glob("*.parquet")):
+        table = pq.read_table(path)
+        assert table.column_names == ["step", "prompt", "completion", "has_e", "brevity", "advantage"]
+        records = table.to_pylist()
+        rows = read([path])
+        last = [r for r in rows if r["done"]]
+        assert len(last) == len(records) == 6
+        for row, rec in zip(last, records, strict=True):
+            assert row["step"] == rec["step"] and row["source_advantage"] == rec["advantage"]
+            assert row["reward_has_e"] == rec["has_e"] and row["reward_brevity"] == rec["brevity"]
+            assert row["reward"] == pytest.approx(weighted(rec, (1.0, 1.0)), abs=1e-12)
+        if weights is not None:  # the run's own weights give TRL's aggregate
+            assert [r["reward"] for r in read([path], weights) if r["done"]] == pytest.approx(
+                [weighted(rec, weights) for rec in records], abs=1e-12
+            )

@@ -154,6 +154,55 @@ def keep_columns(
     return kept
 
 
+def rest(
+    items: Iterable[tuple[str, Any]],
+    file: str | os.PathLike,
+    where: str | None,
+    written: Container[str],
+    prefixes: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A record's other fields: (its scalars for their own columns, `keep_columns`; its nested
+    values for `extra`)."""
+    own, nested = split_fields(items)
+    return keep_columns(own, file, where, written, prefixes), nested
+
+
+def with_extra(row: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """`row`, with `extra` as its `extra` column when there is any."""
+    if extra:
+        row["extra"] = extra
+    return row
+
+
+def mask_runs(mask: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) of each maximal run of non-zero values in a loss or response mask."""
+    runs, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def token_steps(
+    prompt_ids: list[int], response_ids: list[int], runs: list[tuple[int, int]], logprobs: list[float] | None
+) -> list[dict[str, Any]]:
+    """The token columns of the steps of one response, a step per [start, end) run of its
+    mask: the prompt and the response before the run as its context, the run as its action."""
+    steps = []
+    for start, end in runs:
+        step: dict[str, Any] = {
+            "prompt_token_ids": prompt_ids + response_ids[:start],
+            "action_token_ids": response_ids[start:end],
+        }
+        if logprobs is not None:
+            step["behavior_logprobs"] = logprobs[start:end]
+        steps.append(step)
+    return steps
+
+
 def text_of(content: Any) -> str:
     """The text of a chat message's content: a string as it is, OpenAI content parts
     (`[{"type": "text", "text": ...}, ...]`) joined, None as ""."""
@@ -174,8 +223,9 @@ def text_of(content: Any) -> str:
     return json.dumps(content, sort_keys=True, default=str)
 
 
-def _message(m: Any) -> dict[str, str]:
-    return {"role": str(m.get("role", "")), "content": text_of(m.get("content"))}
+def plain_chat(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Chat messages as the log's `messages` column holds them: `{"role", "content"}` text."""
+    return [{"role": str(m.get("role", "")), "content": text_of(m.get("content"))} for m in messages]
 
 
 def action_text(message: Mapping[str, Any]) -> str:
@@ -201,7 +251,7 @@ def split_chat(
             yield list(context), text, m
             context.append({"role": str(m.get("role")), "content": text})
         else:
-            context.append(_message(m))
+            context.extend(plain_chat([m]))
 
 
 def after_last_turn(messages: Sequence[Mapping[str, Any]], assistant_role: str = "assistant") -> str | None:
@@ -269,19 +319,24 @@ def _check_unicode(value: Any, text: str, path: str | os.PathLike, where: str | 
     return value
 
 
-def _loads(text: str, path: str | os.PathLike, where: str | None) -> Any:
-    """`json.loads(text)`; text that is not JSON, or has a string that is not valid Unicode, is
-    a SourceError."""
+def _loads(text: str, path: str | os.PathLike, where: str | None, key: str | None = None) -> Any:
+    """`json.loads(text)` (the value of field `key`, when given); text that is not JSON, or has
+    a string that is not valid Unicode, is a SourceError."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         line = where or f"line {exc.lineno}"
-        raise SourceError(path, line, None, f"not valid JSON ({exc.msg})") from None
+        raise SourceError(path, line, key, f"not valid JSON ({exc.msg})") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise SourceError(path, where, None, f"not valid JSON ({str(exc).split(':')[0]})") from None
+        raise SourceError(path, where, key, f"not valid JSON ({str(exc).split(':')[0]})") from None
     except RecursionError:
-        raise SourceError(path, where, None, "not valid JSON (nested too deeply to read)") from None
+        raise SourceError(path, where, key, "not valid JSON (nested too deeply to read)") from None
     return _check_unicode(value, text, path, where)
+
+
+def json_text(value: Any, path: str | os.PathLike, where: str | None, key: str) -> Any:
+    """Field `key`, JSON stored as text (as ART's Parquet writer does), parsed; None for null or ""."""
+    return None if value is None or value == "" else _loads(declared(str, value, path, where, key), path, where, key)
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
@@ -294,6 +349,16 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                 raise _not_utf8(path, line, bad, number)
             if line.strip():
                 yield number, _loads(line, path, f"line {number}")
+
+
+def objects(path: str | os.PathLike) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+    """(line number, "line N", the object) for each line of a JSONL file (`iter_jsonl`); a line
+    that is not a JSON object is a SourceError."""
+    for number, record in iter_jsonl(path):
+        where = f"line {number}"
+        if not isinstance(record, Mapping):
+            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+        yield number, where, record
 
 
 def read_json(path: str | os.PathLike) -> Any:
@@ -436,35 +501,38 @@ def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> 
     return declared(float, value, file, where, key)
 
 
+def _matches(text: str) -> list[str]:
+    """A source as given: a glob's matches (sorted), else the path itself."""
+    import glob
+
+    return (
+        sorted(glob.glob(text, recursive=True))
+        if any(ch in "*?[" for ch in text) and not os.path.exists(text)
+        else [text]
+    )
+
+
 def companion_files(sources: Iterable[str | os.PathLike], companions: Sequence[str]) -> list[Path]:
     """The existing files named `companions` beside each source file (globs expanded), which a
     format reads along with it (ms-swift's args.json, verifiers' metadata.json)."""
-    import glob
-
-    found: list[Path] = []
-    for raw in sources:
-        text = str(raw)
-        matches = glob.glob(text, recursive=True) if any(ch in "*?[" for ch in text) else [text]
-        for m in matches:
-            if os.path.isfile(m):
-                found.extend(p for name in companions if (p := Path(m).parent / name).is_file())
-    return found
+    return [
+        p
+        for raw in sources
+        for m in _matches(str(raw))
+        if os.path.isfile(m)
+        for name in companions
+        if (p := Path(m).parent / name).is_file()
+    ]
 
 
 def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]) -> list[Path]:
     """Files, globs and directories (searched recursively for `suffixes`) to a sorted list of
     files, each once."""
-    import glob
-
     files: list[Path] = []
     for raw in sources:
-        text = str(raw)
-        if any(ch in "*?[" for ch in text) and not os.path.exists(text):
-            matches = sorted(glob.glob(text, recursive=True))
-            if not matches:
-                raise GacaError("no file matches this pattern", file=text)
-        else:
-            matches = [text]
+        matches = _matches(str(raw))
+        if not matches:
+            raise GacaError("no file matches this pattern", file=str(raw))
         for m in matches:
             p = Path(m)
             if p.is_dir():
@@ -476,11 +544,7 @@ def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]
                 files.append(p)
             else:
                 raise GacaError("no such file or directory", file=m)
-    seen: set[Path] = set()
-    unique = []
+    unique: dict[Path, Path] = {}
     for f in files:
-        key = f.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return unique
+        unique.setdefault(f.resolve(), f)
+    return list(unique.values())

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.integrations.imports.base import (
     SCHEMA_COLUMNS,
     FormatInfo,
@@ -18,29 +20,16 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     after_last_turn,
     chat_messages,
-    iter_jsonl,
-    keep_columns,
+    declared,
     locate,
     located,
     message_fields,
-    number,
+    objects,
+    plain_chat,
+    rest,
     split_chat,
-    split_fields,
     text_of,
-)
-
-FIELDS = (
-    "group_id",
-    "traj_id",
-    "step_idx",
-    "messages",
-    "prompt",
-    "action",
-    "reward",
-    "rewards",
-    "episode_reward",
-    "anchor_obs",
-    "done",
+    with_extra,
 )
 
 INFO = FormatInfo(
@@ -69,17 +58,31 @@ INFO = FormatInfo(
 )
 
 
-EXTRA = "extra"
+Id = str | int | None
 
 
-def _field(options: ImportOptions, name: str) -> str:
-    return options.field_map.get(name, name)
+class _Record(msgspec.Struct):
+    """The fields of a record, under gaca's names (`_declaration` renames them as --map says)."""
+
+    messages: Any = None  # checked by chat_messages
+    prompt: Any = None
+    action: Any = None
+    group_id: Id = None
+    traj_id: Id = None
+    step_idx: int | None = None
+    reward: float | None = None
+    rewards: list[float] | None = None
+    episode_reward: float | None = None
+    anchor_obs: Any = None
+    done: bool | None = None
 
 
-def _id(value: Any, path: Path, where: str, key: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise SourceError(path, where, key, f"must be a string or an integer, got {value!r:.40}")
-    return str(value)
+def _declaration(options: ImportOptions) -> type[msgspec.Struct]:
+    """`_Record` reading each field under the name --map gives it."""
+    if not options.field_map:
+        return _Record
+    fields = [(name, _Record.__annotations__[name], None) for name in _Record.__struct_fields__]
+    return msgspec.defstruct("Record", fields, rename=dict(options.field_map))
 
 
 def _rest(record: Mapping[str, Any], used: set[str], path: Path, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -88,74 +91,39 @@ def _rest(record: Mapping[str, Any], used: set[str], path: Path, where: str) -> 
     the log (a `prompt` beside `messages`, a `step_idx` in a whole chat, a scalar `extra`, a
     `reward` that --map replaced) is kept as `source_<name>`; one beside a field
     `source_<name>` is an error (see `keep_columns`)."""
-    own, nested = split_fields(
+    items = (
         (key, value)
         for key, value in record.items()
         if key not in used and not (value is None and key in SCHEMA_COLUMNS)  # a null field is an absent one
     )
-    return keep_columns(own, path, where, SCHEMA_COLUMNS), nested
+    return rest(items, path, where, SCHEMA_COLUMNS)
 
 
-def _with_rest(row: dict[str, Any], own: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`row` plus the record's other fields (none of which is named like a column of the row)."""
-    row.update(own)
-    if extra:
-        row["extra"] = extra
-    return row
-
-
-def _done(record: Mapping[str, Any], key: str, path: Path, where: str) -> bool | None:
-    """The record's `done`, None when absent or null."""
-    done = record.get(key)
-    if done is not None and not isinstance(done, bool):
-        raise SourceError(path, where, key, f"must be true or false, got {done!r:.40}")
-    return done
-
-
-def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: ImportOptions) -> Iterator[dict]:
+def _trajectory(r: _Record, record: Mapping[str, Any], path: Path, line: int, f: Mapping[str, str]) -> Iterator[dict]:
     where = f"line {line}"
-    f = {name: _field(options, name) for name in FIELDS}
-    messages = chat_messages(record[f["messages"]], path, where, f["messages"])
+    messages = chat_messages(r.messages, path, where, f["messages"])
     turns = list(split_chat(messages))
     if not turns:
         raise SourceError(path, where, f["messages"], "has no assistant turn (nothing the policy did)")
     n = len(turns)
-    rewards = record.get(f["rewards"])
-    if rewards is not None:
-        if not isinstance(rewards, list) or len(rewards) != n:
+    if r.rewards is not None:
+        if len(r.rewards) != n:
             raise SourceError(path, where, f["rewards"], f"must be a list of {n} numbers (one per assistant turn)")
-        step_rewards = [number(r, path, where, f["rewards"]) for r in rewards]
-        outcome = sum(step_rewards)
-        if record.get(f["reward"]) is not None:  # the outcome too: it must agree, or one would be lost
-            given = number(record[f["reward"]], path, where, f["reward"])
-            # (float32 rewards summed in float64 differ from their float32 sum by ~1e-8)
-            if not math.isclose(given, outcome, rel_tol=1e-6, abs_tol=1e-9):
-                raise SourceError(
-                    path,
-                    where,
-                    f["reward"],
-                    f"is {given!r}, but `{f['rewards']}` sums to {outcome!r}: give one of the two, or both "
-                    "in agreement",
-                )
-    elif record.get(f["reward"]) is not None:
-        outcome = number(record[f["reward"]], path, where, f["reward"])
-        step_rewards = [0.0] * (n - 1) + [outcome]
+        step_rewards, outcome = r.rewards, sum(r.rewards)
+        # the outcome too: it must agree, or one would be lost (float32 rewards summed in float64
+        # differ from their float32 sum by ~1e-8)
+        if r.reward is not None and not math.isclose(r.reward, outcome, rel_tol=1e-6, abs_tol=1e-9):
+            rule = f"is {r.reward!r}, but `{f['rewards']}` sums to {outcome!r}: give one of the two, or both in "
+            raise SourceError(path, where, f["reward"], rule + "agreement")
+    elif r.reward is not None:
+        outcome, step_rewards = r.reward, [0.0] * (n - 1) + [r.reward]
     else:
         raise SourceError(path, where, f["reward"], f"missing (give `{f['reward']}` or `{f['rewards']}`)")
-    episode = record.get(f["episode_reward"])
-    episode_reward = outcome if episode is None else number(episode, path, where, f["episode_reward"])
-    anchors = record.get(f["anchor_obs"])
+    anchors = r.anchor_obs
     if anchors is not None and (not isinstance(anchors, list) or len(anchors) != n):
         raise SourceError(path, where, f["anchor_obs"], f"must be a list of {n} strings (one per assistant turn)")
-    traj = record.get(f["traj_id"])
-    traj_id = f"{path}:{line}" if traj is None else _id(traj, path, where, f["traj_id"])
-    group = record.get(f["group_id"])
-    if group is None:
-        task = repr([(m.get("role"), text_of(m.get("content"))) for m in turns[0][0]])
-        group_id = hashlib.blake2b(task.encode("utf-8"), digest_size=8).hexdigest()
-    else:
-        group_id = _id(group, path, where, f["group_id"])
-    done = _done(record, f["done"], path, where) is not False
+    task = repr([(m.get("role"), text_of(m.get("content"))) for m in turns[0][0]]).encode("utf-8")
+    group_id = hashlib.blake2b(task, digest_size=8).hexdigest() if r.group_id is None else str(r.group_id)
     used = {f[name] for name in ("group_id", "traj_id", "messages", "reward", "rewards", "episode_reward")}
     own, extra = _rest(record, used | {f["anchor_obs"], f["done"]}, path, where)
     fields, final = message_fields(messages), after_last_turn(messages)
@@ -164,11 +132,11 @@ def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: Impor
     for i, (context, action, _message) in enumerate(turns):
         row = {
             "group_id": group_id,
-            "traj_id": traj_id,
+            "traj_id": f"{path}:{line}" if r.traj_id is None else str(r.traj_id),
             "step_idx": i,
             "reward": step_rewards[i],
-            "episode_reward": episode_reward,
-            "done": done and i == n - 1,
+            "episode_reward": outcome if r.episode_reward is None else r.episode_reward,
+            "done": r.done is not False and i == n - 1,
             "messages": context,
             "action": action,
         }
@@ -176,78 +144,62 @@ def _trajectory(record: Mapping[str, Any], path: Path, line: int, options: Impor
             row["anchor_obs"] = text_of(anchors[i])
         if final is not None and i == n - 1:
             row["final_observation"] = final
-        yield _with_rest(row, own, extra)
+        yield with_extra({**row, **own}, extra)
 
 
 def _step(
-    record: Mapping[str, Any], path: Path, line: int, options: ImportOptions, counters: dict[str, int]
+    r: _Record, record: Mapping[str, Any], path: Path, line: int, f: Mapping[str, str], counters: dict[str, int]
 ) -> dict[str, Any]:
     where = f"line {line}"
-    f = {name: _field(options, name) for name in FIELDS}
     for key in ("traj_id", "group_id", "reward"):
-        if record.get(f[key]) is None:
+        if getattr(r, key) is None:
             raise SourceError(path, where, f[key], "missing (a step record needs traj_id, group_id and reward)")
-    traj_id = _id(record[f["traj_id"]], path, where, f["traj_id"])
-    if record[f["action"]] is None:
+    if r.action is None:
         raise SourceError(path, where, f["action"], "is null (a step record's action is text, possibly empty)")
-    row: dict[str, Any] = {
-        "group_id": _id(record[f["group_id"]], path, where, f["group_id"]),
-        "traj_id": traj_id,
-        "reward": number(record[f["reward"]], path, where, f["reward"]),
-        "action": text_of(record[f["action"]]),
-    }
+    traj_id = str(r.traj_id)
+    step = r.step_idx
+    if step is None:
+        step = counters[traj_id] = counters.get(traj_id, -1) + 1
+    row: dict[str, Any] = {"group_id": str(r.group_id), "traj_id": traj_id, "reward": r.reward}
+    row.update(action=text_of(r.action), step_idx=step)
     used = {f[name] for name in ("group_id", "traj_id", "reward", "action", "step_idx", "episode_reward")}
     used |= {f["anchor_obs"], f["done"]}
-    step = record.get(f["step_idx"])
-    if step is None:
-        step = counters.get(traj_id, 0)
-        counters[traj_id] = step + 1
-    elif isinstance(step, bool) or not isinstance(step, int):
-        raise SourceError(path, where, f["step_idx"], f"must be an integer, got {step!r:.40}")
-    row["step_idx"] = step
     fields: dict[str, Any] = {}
-    if record.get(f["messages"]) is not None:
-        messages = chat_messages(record[f["messages"]], path, where, f["messages"])
-        row["messages"] = [{"role": m["role"], "content": text_of(m.get("content"))} for m in messages]
+    if r.messages is not None:
+        messages = chat_messages(r.messages, path, where, f["messages"])
+        row["messages"] = plain_chat(messages)
         used.add(f["messages"])
         fields = message_fields(messages)
-    elif record.get(f["prompt"]) is not None:
-        row["prompt"] = text_of(record[f["prompt"]])
+    elif r.prompt is not None:
+        row["prompt"] = text_of(r.prompt)
         used.add(f["prompt"])
     else:
-        raise SourceError(
-            path, where, f["messages"], f"missing (a step record needs `{f['messages']}` or `{f['prompt']}`)"
-        )
-    if record.get(f["episode_reward"]) is not None:
-        row["episode_reward"] = number(record[f["episode_reward"]], path, where, f["episode_reward"])
-    if record.get(f["anchor_obs"]) is not None:
-        row["anchor_obs"] = text_of(record[f["anchor_obs"]])
-    done = _done(record, f["done"], path, where)
-    if done is not None:
-        row["done"] = done
+        rule = f"missing (a step record needs `{f['messages']}` or `{f['prompt']}`)"
+        raise SourceError(path, where, f["messages"], rule)
+    for key in ("episode_reward", "done"):
+        if getattr(r, key) is not None:
+            row[key] = getattr(r, key)
+    if r.anchor_obs is not None:
+        row["anchor_obs"] = text_of(r.anchor_obs)
     own, extra = _rest(record, used, path, where)
     if fields:
         extra["message_fields"] = fields
-    return _with_rest(row, own, extra)
+    return with_extra({**row, **own}, extra)
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     """One row per step: trajectory records are split at their assistant turns."""
     counters: dict[str, int] = {}
-    action = _field(options, "action")
-    messages = _field(options, "messages")
+    f = {name: options.field_map.get(name, name) for name in _Record.__struct_fields__}
+    declaration = _declaration(options)
     for path in files:
-        for line, record in iter_jsonl(path):
-            if not isinstance(record, Mapping):
-                raise SourceError(path, f"line {line}", None, f"expected a JSON object, got {type(record).__name__}")
-            if action in record:
-                yield locate(_step(record, path, line, options, counters), path, f"line {line}")
-            elif messages in record:
-                yield from located(_trajectory(record, path, line, options), path, f"line {line}")
+        for line, where, record in objects(path):
+            if f["action"] in record:
+                r = declared(declaration, record, path, where)
+                yield locate(_step(r, record, path, line, f, counters), path, where)
+            elif f["messages"] in record:
+                r = declared(declaration, record, path, where)
+                yield from located(_trajectory(r, record, path, line, f), path, where)
             else:
-                raise SourceError(
-                    path,
-                    f"line {line}",
-                    messages,
-                    f"missing: a record needs `{messages}` (a whole chat) or `{action}` (one step)",
-                )
+                rule = f"missing: a record needs `{f['messages']}` (a whole chat) or `{f['action']}` (one step)"
+                raise SourceError(path, where, f["messages"], rule)

@@ -24,7 +24,15 @@ import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.integrations.imports import FORMATS, format_module
-from gaca_cli.integrations.imports.base import FormatInfo, ImportOptions, SourceError, expand_sources, origin
+from gaca_cli.integrations.imports.base import (
+    FormatInfo,
+    ImportOptions,
+    SourceError,
+    expand_sources,
+    keep_columns,
+    locate,
+    origin,
+)
 
 # the Arrow type of every column the schema knows (docs/log-schema.md)
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.large_string())])
@@ -60,7 +68,6 @@ class _Parts:
     directory: Path
     label: str  # the sources as given, named by errors about rows that do not say their file
     files: list[Path] = field(default_factory=list)
-    schemas: list[pa.Schema] = field(default_factory=list)
     schema: pa.Schema | None = None  # the parts' schemas unified so far
     rows: int = 0
     order: dict[str, None] = field(default_factory=dict)  # column names in first-seen order
@@ -91,33 +98,17 @@ def _normalise(
     row: dict[str, Any], reserved: frozenset[str], renamed: dict[str, str], label: str
 ) -> tuple[dict[str, Any], int]:
     """The row with `extra` as JSON text and a source field named like a column gaca writes
-    renamed `source_<name>` (the commands would replace it; noted in `renamed`), and its
-    approximate size in bytes. A row that also has a field `source_<name>` is an error: one of
-    the two would be lost."""
-    for key in [k for k in row if k in reserved]:
-        target = f"source_{key}"
-        if target in row:
-            raise _row_error(
-                row,
-                label,
-                key,
-                f"is kept as '{target}' because gaca writes a column '{key}', but the record also gives "
-                f"'{target}'; rename one of the two in the source",
-            )
-        row[target] = row.pop(key)
-        renamed[key] = target
+    renamed `source_<name>` (the commands would replace it; noted in `renamed`; see
+    `keep_columns`), and its approximate size in bytes."""
+    if clashes := [k for k in row if k in reserved]:
+        file, where = origin(row)
+        renamed.update((key, f"source_{key}") for key in clashes)
+        row = locate(keep_columns(row, file or label, where, reserved), file or label, where)
     extra = row.get(EXTRA)
     if extra is not None and not isinstance(extra, str):
         row[EXTRA] = json.dumps(extra, sort_keys=True, default=str, ensure_ascii=False)
-    size = 64
-    for key in TEXT_FIELDS:
-        value = row.get(key)
-        if isinstance(value, str):
-            size += len(value)
-    messages = row.get("messages")
-    if messages:
-        size += sum(len(m.get("content") or "") for m in messages)
-    return row, size
+    size = 64 + sum(len(value) for key in TEXT_FIELDS if isinstance(value := row.get(key), str))
+    return row, size + sum(len(m.get("content") or "") for m in row.get("messages") or ())
 
 
 def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_name: str, label: str) -> pa.Array:
@@ -135,18 +126,16 @@ def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_nam
         try:
             pa.array([value], type=target) if target is not None else pa.array([first, value])
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+            rule = f"the {format_name} source gives {value!r:.60} here, "
             if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
-                rule = f"the {format_name} source gives {value!r:.60} here, an integer outside the 64-bit range a column holds"
+                rule += "an integer outside the 64-bit range a column holds"
             else:
                 want = (
                     f"the schema's {target}"
                     if target is not None
                     else f"the type of its earlier values ({first!r:.40})"
                 )
-                rule = (
-                    f"the {format_name} source gives {value!r:.60} here, which does not fit {want}; "
-                    "a field must have one type in every record"
-                )
+                rule += f"which does not fit {want}; a field must have one type in every record"
             raise _row_error(row, label, name, rule) from None
     raise GacaError(f"the {format_name} source's values cannot be stored in one column", file=label, column=name)
 
@@ -165,21 +154,16 @@ def _unify(earlier: pa.Schema, table: pa.Table, rows: list[dict[str, Any]], form
         return pa.unify_schemas([earlier, table.schema], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         pass
-    for name in table.column_names:
-        if name not in earlier.names:
-            continue
-        before = pa.schema([earlier.field(name)])
+    for name in (n for n in table.column_names if n in earlier.names):
         try:
-            pa.unify_schemas([before, pa.schema([table.schema.field(name)])], promote_options="permissive")
+            pa.unify_schemas(
+                [pa.schema([earlier.field(name)]), pa.schema([table.schema.field(name)])], promote_options="permissive"
+            )
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             row = next(r for r in rows if r.get(name) is not None)
-            raise _row_error(
-                row,
-                label,
-                name,
-                f"the {format_name} source gives {row[name]!r:.60} here, which does not fit the type of its "
-                f"earlier values ({earlier.field(name).type}); a field must have one type in every record",
-            ) from None
+            rule = f"the {format_name} source gives {row[name]!r:.60} here, which does not fit the type of its earlier "
+            rule += f"values ({earlier.field(name).type}); a field must have one type in every record"
+            raise _row_error(row, label, name, rule) from None
     raise GacaError("the source's values of one field have types that do not agree", file=label)
 
 
@@ -190,7 +174,6 @@ def _write_part(parts: _Parts, rows: list[dict[str, Any]], format_name: str) -> 
     path = parts.directory / f"part-{len(parts.files):06d}.parquet"
     pq.write_table(table, path, compression="none")
     parts.files.append(path)
-    parts.schemas.append(table.schema)
     parts.rows += table.num_rows
 
 
@@ -200,9 +183,7 @@ def _stream_parts(rows: Iterable[dict[str, Any]], parts: _Parts, format_name: st
     reserved = _written_by_gaca()
     for row in rows:
         row, n = _normalise(row, reserved, parts.renamed, parts.label)
-        for key in row:
-            if key not in parts.order:
-                parts.order[key] = None
+        parts.order.update(dict.fromkeys(row))
         batch.append(row)
         size += n
         if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
@@ -220,29 +201,18 @@ def _column_order(names: Iterable[str]) -> list[str]:
     return known + rest + ([EXTRA] if EXTRA in names else [])
 
 
-def _unified_schema(parts: _Parts) -> pa.Schema:
-    try:
-        schema = pa.unify_schemas(parts.schemas, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise GacaError(
-            f"the source's values of one field have types that do not agree ({exc})", file=parts.label
-        ) from None
-    return pa.schema([schema.field(n) for n in _column_order(schema.names)])
-
-
 def _merge(parts: _Parts, out: str, metadata: Mapping[str, str]) -> list[str]:
     """Concatenate the parts into `out` under their unified schema; returns its column names."""
-    schema = _unified_schema(parts)
+    assert parts.schema is not None
+    schema = pa.schema([parts.schema.field(n) for n in _column_order(parts.schema.names)])
     schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
     with pq.ParquetWriter(out, schema, compression="zstd", use_dictionary=["group_id"]) as writer:
         for path in parts.files:
             table = pq.read_table(path)
-            columns = []
-            for f in schema:
-                if f.name in table.column_names:
-                    columns.append(table.column(f.name).cast(f.type))
-                else:
-                    columns.append(pa.nulls(table.num_rows, f.type))
+            columns = [
+                table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                for f in schema
+            ]
             writer.write_table(pa.Table.from_arrays(columns, schema=schema))
     return schema.names
 
@@ -257,27 +227,19 @@ class ImportResult:
 
 def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
     """What the imported log lacks, and what that means for each command."""
-    have = set(columns)
-    notes = []
+    have, notes = set(columns), []
     if not have & {"anchor_obs", "anchor_key"}:
-        route = (
-            "read the observation as the anchor (gaca advantages --map anchor_obs=observation) where every step "
-            "has one, or log anchor_obs"
-            if "observation" in have
-            else "or log anchor_obs"
-        )
+        route = "or log anchor_obs"
+        if "observation" in have:
+            route = (
+                "read the observation as the anchor (gaca advantages --map anchor_obs=observation) where every step "
+            )
+            route += "has one, or log anchor_obs"
         notes.append(
             f"no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; use --method grpo, {route}"
         )
-    lacking = [
-        name
-        for name, columns in (
-            ("prompt/messages", {"prompt", "messages", "prompt_token_ids"}),
-            ("action", {"action", "action_token_ids"}),
-        )
-        if not have & columns
-    ]
-    if lacking:
+    texts = {"prompt/messages": {"prompt", "messages", "prompt_token_ids"}, "action": {"action", "action_token_ids"}}
+    if lacking := [name for name, names in texts.items() if not have & names]:
         notes.append(f"no {' or '.join(lacking)} (text or token ids): gaca score and train-offline cannot run")
     if "behavior_logprobs" not in have:
         notes.append("no behavior_logprobs: gaca's criticality needs `gaca score` first")
@@ -316,14 +278,11 @@ def run_import(
         _stream_parts(module.read(files, options), parts, format_name)
         if parts.rows == 0:
             raise GacaError(f"no records found for format {format_name}", file=label)
-        metadata = {
-            "gaca.import": json.dumps(
-                {"format": format_name, "files": [str(f) for f in files], "source": info.source},
-                sort_keys=True,
-            )
-        }
-        merged = tmp / "log.parquet"
-        columns = _merge(parts, str(merged), metadata)
+        merged, about = (
+            tmp / "log.parquet",
+            {"format": format_name, "files": [str(f) for f in files], "source": info.source},
+        )
+        columns = _merge(parts, str(merged), {"gaca.import": json.dumps(about, sort_keys=True)})
         log = read_log([merged], {}, columns=_checked_columns)
         result = check_log(log, command)
         violations = [_renamed(v, f"{label} (as imported)") for v in result.violations]
@@ -371,8 +330,7 @@ def _distinct(log: Any, column: str) -> int:
 def _max_steps(log: Any) -> int:
     import pyarrow.compute as pc
 
-    steps = log.table.column("step_idx")
-    value = pc.max(steps).as_py()
+    value = pc.max(log.table.column("step_idx")).as_py()
     return 0 if value is None else int(value) + 1
 
 

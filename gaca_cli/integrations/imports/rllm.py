@@ -26,6 +26,7 @@ from gaca_cli.integrations.imports.base import (
     read_json,
     split_fields,
     text_of,
+    with_extra,
 )
 
 INFO = FormatInfo(
@@ -83,22 +84,6 @@ EPISODE_KEYS = {"trajectories", "is_correct"}  # and the one of `id`, `episode_i
 EPISODE_COLUMNS = ("termination_reason", "training_step", "epoch", "task_hash", "session_id")
 TRAJECTORY_KEYS = {"name", "uid", "reward", "steps"}
 TRAJECTORY_COLUMNS = ("num_steps",)
-STEP_KEYS = {
-    "chat_completions",
-    "model_response",
-    "reward",
-    "done",
-    "observation",
-    "action",
-    "thought",
-    "prompt_ids",
-    "response_ids",
-    "logprobs",
-    "mc_return",
-    "advantage",
-    "weight_version",
-    "model_output",
-}
 #: the columns a row of this format has (the schema's, and those it maps or derives), and
 #: `advantage`, gaca's: a step field of one of these names that is not the field mapped to it is
 #: kept as `source_<name>` (`advantage` too: rLLM's own), and so is an episode field whose
@@ -143,13 +128,8 @@ def _join(row: dict[str, Any], columns: Kept, level: str, path: Path, where: str
     is a SourceError naming it: the two cannot share the column."""
     for column, (key, value) in columns.items():
         if column in row:
-            raise SourceError(
-                path,
-                where,
-                column,
-                f"the {level}'s field '{key}' is kept as '{column}', but the step also gives "
-                f"'{column}'; rename one of the two in the source",
-            )
+            rule = f"the {level}'s field '{key}' is kept as '{column}', but the step also gives '{column}'"
+            raise SourceError(path, where, column, rule + "; rename one of the two in the source")
         row[column] = value
 
 
@@ -196,12 +176,22 @@ class _Episode(msgspec.Struct):
             raise broken("episode_id", "missing (or `id`)")
 
 
+#: the step fields read (the others are kept under their names)
+STEP_KEYS = {
+    *_Step.__struct_fields__,
+    "observation",
+    "action",
+    "thought",
+    "mc_return",
+    "weight_version",
+    "model_output",
+}
+
+
 def _ints(value: list[Any] | None) -> list[int] | None:
     """A token id list, None when empty or when it holds something else than ints (tinker's
     image blocks: then it is kept in extra)."""
-    if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return value
-    return None
+    return value if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value) else None
 
 
 def _context_and_action(step: _Step, path: Path, where: str) -> tuple[list[dict[str, str]], str]:
@@ -228,12 +218,8 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
         "observation": _text(step.get("observation")),
         "parsed_action": _text(step.get("action")),
     }
-    for key in ("thought", "model_response"):
-        if key in step:
-            row[key] = _text(step[key])
-    for key in ("mc_return", "weight_version"):
-        if step.get(key) is not None:
-            row[key] = step[key]
+    row.update((key, _text(step[key])) for key in ("thought", "model_response") if key in step)
+    row.update((key, step[key]) for key in ("mc_return", "weight_version") if step.get(key) is not None)
     extra: dict[str, Any] = {}
     others = {key: value for key, value in step.items() if key not in STEP_KEYS}
     advantage = declared_step.advantage
@@ -242,14 +228,14 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
     elif advantage is not None:  # gaca's column: kept as source_advantage, with the other fields below
         others["advantage"] = advantage
     prompt_ids, response_ids = _ints(declared_step.prompt_ids), _ints(declared_step.response_ids)
-    if prompt_ids is not None:
-        row["prompt_token_ids"] = prompt_ids
-    elif step.get("prompt_ids"):
-        extra["prompt_ids"] = step["prompt_ids"]
-    if response_ids is not None:
-        row["action_token_ids"] = response_ids
-    elif step.get("response_ids"):
-        extra["response_ids"] = step["response_ids"]
+    for key, column, ids in (
+        ("prompt_ids", "prompt_token_ids", prompt_ids),
+        ("response_ids", "action_token_ids", response_ids),
+    ):
+        if ids is not None:
+            row[column] = ids
+        elif step.get(key):  # other than token ids (tinker's image blocks): kept as written
+            extra[key] = step[key]
     logprobs = declared_step.logprobs
     if logprobs:
         if response_ids is None or len(logprobs) != len(response_ids):
@@ -263,65 +249,41 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
         output = {k: v for k, v in output.items() if not (k in same and v == same[k])}
     columns, nested = _kept(others, path, where, "step")
     row.update((column, value) for column, (_, value) in columns.items())
-    extra.update(nested)
-    if output:
-        extra["model_output"] = output
-    return row, extra
+    return row, {**extra, **nested, **({"model_output": output} if output else {})}
 
 
 def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
     episode = declared(_Episode, record, path, None)
     id_key = "episode_id" if "episode_id" in record else "id"
     episode_id = str(episode.episode_id if id_key == "episode_id" else episode.id)
-    episode_row: dict[str, Any] = {"episode_id": episode_id, "success": episode.is_correct}
-    for key in EPISODE_COLUMNS:
-        if key in record:
-            episode_row[key] = record[key]
+    episode_row = {"episode_id": episode_id, "success": episode.is_correct}
+    episode_row.update((key, record[key]) for key in EPISODE_COLUMNS if key in record)
     used = {id_key, *EPISODE_KEYS, *EPISODE_COLUMNS}
-    episode_columns, episode_extra = _kept(
-        {key: value for key, value in record.items() if key not in used}, path, None, "episode"
-    )
+    episode_columns, episode_extra = _kept({k: v for k, v in record.items() if k not in used}, path, None, "episode")
     task_id = _group_of(episode_id, record)
     for k, trajectory in enumerate(episode.trajectories):
         where = f"trajectories[{k}]"
         declared_trajectory = declared(_Trajectory, trajectory, path, where)
         name, steps = declared_trajectory.name, declared_trajectory.steps
         traj_row: dict[str, Any] = {"traj_name": name, "traj_uid": _text(trajectory.get("uid"))}
-        for key in TRAJECTORY_COLUMNS:
-            if key in trajectory:
-                traj_row[key] = trajectory[key]
+        traj_row.update((key, trajectory[key]) for key in TRAJECTORY_COLUMNS if key in trajectory)
         used = {*TRAJECTORY_KEYS, *TRAJECTORY_COLUMNS}
-        traj_columns, traj_extra = _kept(
-            {key: value for key, value in trajectory.items() if key not in used}, path, where, "trajectory"
-        )
+        traj_fields = {key: value for key, value in trajectory.items() if key not in used}
+        traj_columns, traj_extra = _kept(traj_fields, path, where, "trajectory")
         parsed = [_step_row(step, path, f"{where}.steps[{i}]") for i, step in enumerate(steps)]
-        if declared_trajectory.reward is not None:
-            episode_reward = declared_trajectory.reward
-        else:  # rLLM allows a trajectory without a reward: its return is the sum of its steps'
-            episode_reward = math.fsum(step_row["reward"] for step_row, _ in parsed)
-        traj_row["episode_reward"] = episode_reward
+        # rLLM allows a trajectory without a reward: its return is the sum of its steps'
+        reward = declared_trajectory.reward
+        traj_row["episode_reward"] = math.fsum(r["reward"] for r, _ in parsed) if reward is None else reward
         for i, (step_row, step_extra) in enumerate(parsed):
             # the step's kept fields are never named like these columns (`_kept`), nor like the
             # trajectory's and the episode's kept ones but by a clash `_join` refuses
             step_where = f"{where}.steps[{i}]"
-            row = {
-                "group_id": f"{path.parent}/{task_id}:{name}",
-                "traj_id": f"{path}:t{k}",
-                "step_idx": i,
-                **step_row,
-                **traj_row,
-                **episode_row,
-            }
+            row = {"group_id": f"{path.parent}/{task_id}:{name}", "traj_id": f"{path}:t{k}", "step_idx": i}
+            row.update({**step_row, **traj_row, **episode_row})
             _join(row, traj_columns, "trajectory", path, step_where)
             _join(row, episode_columns, "episode", path, step_where)
-            extra = {
-                level: part
-                for level, part in (("episode", episode_extra), ("trajectory", traj_extra), ("step", step_extra))
-                if part
-            }
-            if extra:
-                row["extra"] = extra
-            yield locate(row, path, step_where)
+            levels = (("episode", episode_extra), ("trajectory", traj_extra), ("step", step_extra))
+            yield locate(with_extra(row, {level: part for level, part in levels if part}), path, step_where)
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:

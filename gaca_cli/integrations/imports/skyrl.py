@@ -20,11 +20,13 @@ from gaca_cli.integrations.imports.base import (
     SourceError,
     broken,
     declared,
-    iter_jsonl,
-    keep_columns,
     locate,
     located,
-    split_fields,
+    mask_runs,
+    objects,
+    rest,
+    token_steps,
+    with_extra,
 )
 
 INFO = FormatInfo(
@@ -65,28 +67,16 @@ _EVAL_FIELDS = ("input_prompt", "output_response", "score")
 _AGGREGATED = "aggregated_results.jsonl"
 # GeneratorOutput per-row fields that `write_generator_output` writes (tensors are left out).
 _ROW_FIELDS = (
-    "prompt_token_ids",
-    "response_ids",
-    "rewards",
-    "loss_masks",
-    "stop_reasons",
-    "rollout_logprobs",
-    "is_last_step",
-    "env_metrics",
-    "trajectory_generation_times",
+    "prompt_token_ids response_ids rewards loss_masks stop_reasons rollout_logprobs is_last_step env_metrics".split()
 )
+_ROW_FIELDS.append("trajectory_generation_times")
 # fields that become step columns, and scalar fields kept under another name
 _GENERATOR_MAPPED = frozenset(
     {"prompt_token_ids", "response_ids", "rewards", "loss_masks", "rollout_logprobs", "is_last_step", "trajectory_ids"}
 )
 _GENERATOR_RENAMED = {"stop_reasons": "stop_reason", "trajectory_generation_times": "generation_time_s"}
 # the columns a generator-output row gets: a source field of one of these names is kept as source_<name>
-_GENERATOR_WRITTEN = SCHEMA_COLUMNS | {
-    "loss_mask_empty",
-    "instance_id",
-    "repetition_id",
-    *_GENERATOR_RENAMED.values(),
-}
+_GENERATOR_WRITTEN = SCHEMA_COLUMNS | {"loss_mask_empty", "instance_id", "repetition_id", *_GENERATOR_RENAMED.values()}
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
@@ -99,41 +89,27 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
         # writes it), while its rows continue
         open_steps: dict[str, tuple[int, int, str]] = {}
         ended: dict[str, int] = {}  # trajectory key -> how many of its trajectories have ended
-        for line, record in iter_jsonl(path):
-            where = f"line {line}"
-            if not isinstance(record, Mapping):
-                raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
-            kind = "generator output" if "response_ids" in record else "eval dump"
-            if "response_ids" not in record and "output_response" not in record and "input_prompt" not in record:
-                kind = "unknown"
-            if kind != "unknown" and kind_seen is not None and kind != kind_seen:
-                raise SourceError(
-                    path, where, None, f"a {kind} record after {kind_seen} records: import the two kinds separately"
-                )
-            if kind == "generator output":
-                kind_seen = kind
-                yield from located(_generator_rows(path, where, line, record, open_steps, ended), path, where)
-            elif kind == "eval dump":
-                kind_seen = kind
+        for line, where, record in objects(path):
+            if "response_ids" in record:
+                kind = "generator output"
+            elif "output_response" in record or "input_prompt" in record:
+                kind = "eval dump"
+            else:
+                rule = "neither a SkyRL eval dump line (input_prompt, output_response, score) nor a generator "
+                raise SourceError(path, where, None, rule + "output row (response_ids, loss_masks, rewards)")
+            if kind != (kind_seen := kind_seen or kind):
+                rule = f"a {kind} record after {kind_seen} records: import the two kinds separately"
+                raise SourceError(path, where, None, rule)
+            if kind == "eval dump":
                 yield locate(_eval_row(path, where, line, record), path, where)
             else:
-                raise SourceError(
-                    path,
-                    where,
-                    None,
-                    "neither a SkyRL eval dump line (input_prompt, output_response, score) nor a generator "
-                    "output row (response_ids, loss_masks, rewards)",
-                )
+                yield from located(_generator_rows(path, where, line, record, open_steps, ended), path, where)
         for _, line, name in open_steps.values():
             # SkyRL writes every turn of a trajectory in one batch: rows out of order (or a file
             # cut short) would otherwise split it silently
-            raise SourceError(
-                path,
-                f"line {line}",
-                "is_last_step",
-                f"is false, and no later row continues trajectory {name}: "
-                "the rows of a step-wise trajectory must be in turn order, its last with is_last_step true",
-            )
+            rule = f"is false, and no later row continues trajectory {name}: the rows of a step-wise "
+            rule += "trajectory must be in turn order, its last with is_last_step true"
+            raise SourceError(path, f"line {line}", "is_last_step", rule)
 
 
 class _EvalLine(msgspec.Struct):
@@ -178,21 +154,13 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
     row: dict[str, Any] = {
         "group_id": f"{path}:{hashlib.sha1(prompt.encode('utf-8')).hexdigest()[:16]}",
         "traj_id": f"{path}:{line}",
-        "step_idx": 0,
-        "reward": score,
-        "done": True,
-        "prompt": prompt,
-        "action": response,
     }
-    extra: dict[str, Any] = {}
+    row.update(step_idx=0, reward=score, done=True, prompt=prompt, action=response)
+    # a field named like a column: source_<name>
+    own, extra = rest(((k, v) for k, v in record.items() if k not in _EVAL_FIELDS), path, where, SCHEMA_COLUMNS)
     if isinstance(record["score"], list):
-        extra["score"] = record["score"]
-    own, nested = split_fields((key, value) for key, value in record.items() if key not in _EVAL_FIELDS)
-    row.update(keep_columns(own, path, where, SCHEMA_COLUMNS))  # a field named like a column: source_<name>
-    extra.update(nested)
-    if extra:
-        row["extra"] = extra
-    return row
+        extra = {"score": record["score"], **extra}
+    return with_extra({**row, **own}, extra)
 
 
 def _generator_rows(
@@ -204,88 +172,48 @@ def _generator_rows(
     ended: dict[str, int],
 ) -> Iterator[dict]:
     generated = declared(_GeneratorRow, record, path, where)
-    prompt_ids, response_ids, mask = generated.prompt_token_ids, generated.response_ids, generated.loss_masks
-    rewards, logprobs, is_last = generated.rewards, generated.rollout_logprobs, generated.is_last_step
+    response_ids, rewards, traj = generated.response_ids, generated.rewards, generated.trajectory_ids
     step = record.get("global_step")
     step_tag = "" if step is None else f"step{step}:"
-    traj = generated.trajectory_ids
     uid = record.get("uid")
     if traj is not None:
         key = f"{path}:{step_tag}{traj.instance_id}_{traj.repetition_id}"
-        if uid is None:
-            uid = traj.instance_id
+        uid = traj.instance_id if uid is None else uid
         traj_id = key if not ended.get(key) else f"{key}#{ended[key] + 1}"
-        last_row = is_last is not False  # a step-wise row continues its trajectory until is_last_step
+        last_row = generated.is_last_step is not False  # a step-wise row continues its trajectory until then
     else:
         key = traj_id = f"{path}:{line}"
         last_row = True
-    if uid is None:
-        group_id = traj_id  # nothing says which rollouts share a prompt: a group of one
-    else:
-        group_id = f"{step_tag}{uid}"
+    group_id = traj_id if uid is None else f"{step_tag}{uid}"  # no uid: nothing says which rollouts share a prompt
 
-    runs = _runs(mask)
-    empty_mask = not runs
-    if empty_mask:
-        runs = [(0, len(response_ids))]
+    runs = mask_runs(generated.loss_masks)
+    common: dict[str, Any] = {"loss_mask_empty": not runs}
+    runs = runs or [(0, len(response_ids))]
     first_step = open_steps.pop(traj_id, (0,))[0]
-    common: dict[str, Any] = {"loss_mask_empty": empty_mask}
-    for k in _GENERATOR_RENAMED.keys() & record.keys():
-        common[_GENERATOR_RENAMED[k]] = record[k]
-    own, extra = split_fields(
-        (k, value) for k, value in record.items() if k not in _GENERATOR_MAPPED and k not in _GENERATOR_RENAMED
-    )
+    common.update((_GENERATOR_RENAMED[k], record[k]) for k in _GENERATOR_RENAMED.keys() & record.keys())
     # a field named like a column the rows get (`reward`, `done`, ...) is kept as source_<name>
-    common.update(keep_columns(own, path, where, _GENERATOR_WRITTEN))
+    items = ((k, v) for k, v in record.items() if k not in _GENERATOR_MAPPED and k not in _GENERATOR_RENAMED)
+    own, extra = rest(items, path, where, _GENERATOR_WRITTEN)
+    common.update(own)
     if traj is not None:
-        common["instance_id"] = str(traj.instance_id)
-        common["repetition_id"] = traj.repetition_id
-    for i, (start, end) in enumerate(runs):
+        common.update(instance_id=str(traj.instance_id), repetition_id=traj.repetition_id)
+    steps = token_steps(generated.prompt_token_ids, response_ids, runs, generated.rollout_logprobs)
+    for i, ((start, _), tokens) in enumerate(zip(runs, steps)):
         # the step's reward: the per-token rewards from its first token to the next step's first
         # token (the first step also takes any before it); a scalar reward sits on the last step
-        seg_start = 0 if i == 0 else start
-        seg_end = runs[i + 1][0] if i + 1 < len(runs) else len(response_ids)
-        if isinstance(rewards, list):
-            reward = float(sum(rewards[seg_start:seg_end]))
-        else:
-            reward = rewards if i == len(runs) - 1 else 0.0
         last = i == len(runs) - 1
-        row: dict[str, Any] = {
-            "group_id": group_id,
-            "traj_id": traj_id,
-            "step_idx": first_step + i,
-            "reward": reward,
-            "done": last and last_row,
-            "prompt_token_ids": prompt_ids + response_ids[:start],
-            "action_token_ids": response_ids[start:end],
-            **common,
-        }
-        if logprobs is not None:
-            row["behavior_logprobs"] = logprobs[start:end]
-        if extra and last:
-            row["extra"] = extra
-        yield row
+        if isinstance(rewards, list):
+            reward = float(sum(rewards[0 if i == 0 else start : len(response_ids) if last else runs[i + 1][0]]))
+        else:
+            reward = rewards if last else 0.0
+        row = {"group_id": group_id, "traj_id": traj_id, "step_idx": first_step + i, "reward": reward}
+        yield with_extra({**row, "done": last and last_row, **tokens, **common}, extra if last else {})
     if traj is None:
         return
     if last_row:
         ended[key] = ended.get(key, 0) + 1
     else:
         open_steps[traj_id] = (first_step + len(runs), line, f"{traj.instance_id}_{traj.repetition_id}")
-
-
-def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
-    """[start, end) of each maximal run of non-zero values."""
-    runs = []
-    start = None
-    for i, m in enumerate(mask):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    return runs
 
 
 def write_generator_output(

@@ -9,18 +9,21 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.integrations.imports.base import (
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
-    iter_jsonl,
-    keep_columns,
+    declared,
     locate,
     located,
     number,
+    objects,
     read_json,
-    split_fields,
+    rest,
+    with_extra,
 )
 
 INFO = FormatInfo(
@@ -53,8 +56,6 @@ INFO = FormatInfo(
     },
 )
 
-#: the keys a table line starts with, before the reward functions' columns
-HEAD = ("prompt", "completion")
 STEP_KEYS = ("step", "gen_step")
 ADVANTAGES = "advantages"
 REWARD_PREFIX = "reward_"
@@ -65,15 +66,28 @@ WRITTEN = frozenset({*SCHEMA_COLUMNS, "training_step", "source_advantage"})
 ARGS = INFO.companions[0]
 
 
+class _RayLine(msgspec.Struct):
+    """A line of the Ray driver (`_maybe_log_completions`): one completion, its total reward."""
+
+    prompt: str
+    completion: str
+    reward: float
+    gen_step: int | str
+
+
+def _row(prompt: str, completion: str, reward: float, step: int, ids: tuple[str, str]) -> dict[str, Any]:
+    """The one-step row of a completion."""
+    row = {"group_id": ids[0], "traj_id": ids[1], "step_idx": 0, "reward": reward, "episode_reward": reward}
+    return row | {"done": True, "prompt": prompt, "action": completion, "training_step": step}
+
+
 def _prompt_key(prompt: str) -> str:
     return hashlib.blake2b(prompt.encode("utf-8"), digest_size=6).hexdigest()
 
 
 def _training_step(value: Any, path: Path, where: str, key: str) -> int:
     """ms-swift writes `step` as text (str(global_step)); Megatron's `gen_step` is a number."""
-    if isinstance(value, bool):
-        raise SourceError(path, where, key, f"must be an integer, got {value!r:.40}")
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
@@ -82,18 +96,14 @@ def _training_step(value: Any, path: Path, where: str, key: str) -> int:
 
 def _reward_value(value: Any, path: Path, where: str, key: str) -> float:
     """A reward function's value; None or NaN is 'not applicable' (ms-swift sums with nansum)."""
-    if value is None:
-        return math.nan
-    return number(value, path, where, key)
+    return math.nan if value is None else number(value, path, where, key)
 
 
 def _run_weights(path: Path) -> tuple[float, ...] | None:
     """The run's `reward_weights` from the `args.json` ms-swift saves in the output directory,
     beside `completions.jsonl` (None when there is no such file or it sets none)."""
     args_file = path.parent / ARGS
-    if not args_file.is_file():
-        return None
-    args = read_json(args_file)
+    args = read_json(args_file) if args_file.is_file() else None
     weights = args.get("reward_weights") if isinstance(args, Mapping) else None
     if weights is None:
         return None
@@ -115,13 +125,8 @@ def _weights(
     if weights is None:
         return (1.0,) * len(functions)
     if len(weights) != len(functions):
-        raise SourceError(
-            path,
-            where,
-            None,
-            f"{origin} gives {len(weights)} weights for the {len(functions)} reward functions "
-            f"{', '.join(functions) or '(none)'}",
-        )
+        rule = f"{origin} gives {len(weights)} weights for the {len(functions)} reward functions "
+        raise SourceError(path, where, None, rule + (", ".join(functions) or "(none)"))
     return weights
 
 
@@ -130,28 +135,23 @@ def _table(
 ) -> Iterator[dict[str, Any]]:
     """One line of GRPOTrainer.log (or the Megatron trainer): a table of equal-length lists."""
     where = f"line {line}"
-    keys = list(record)
-    step_key = next((k for k in STEP_KEYS if k in record), None)
-    if step_key is None:
-        raise SourceError(path, where, "step", "missing")
-    for key in HEAD:
+    step_key = next((k for k in STEP_KEYS if k in record), "step")
+    for key in (step_key, "prompt", "completion"):
         if key not in record:
             raise SourceError(path, where, key, "missing")
-    n = len(record["prompt"]) if isinstance(record["prompt"], list) else -1
+    n = len(record["prompt"])
     for key, value in record.items():
         if not isinstance(value, list) or len(value) != n:
-            raise SourceError(path, where, key, f"must be a list of {max(n, 0)} values, one per completion")
+            raise SourceError(path, where, key, f"must be a list of {n} values, one per completion")
     if ADVANTAGES not in record:
-        raise SourceError(
-            path, where, ADVANTAGES, "missing: without it the reward functions' columns cannot be told apart"
-        )
-    start, end = keys.index("completion") + 1, keys.index(ADVANTAGES)
-    functions = keys[start:end]
+        rule = "missing: without it the reward functions' columns cannot be told apart"
+        raise SourceError(path, where, ADVANTAGES, rule)
+    keys = list(record)
+    functions = keys[keys.index("completion") + 1 : keys.index(ADVANTAGES)]
     if not functions:
         raise SourceError(path, where, None, "no reward function column between 'completion' and 'advantages'")
     weights = _weights(options, run, functions, path, where)
-    others = [k for k in keys[end + 1 :] if k not in (step_key, *HEAD)]
-    groups: dict[str, str] = {}
+    others = [k for k in keys[keys.index(ADVANTAGES) + 1 :] if k not in (step_key, "prompt", "completion")]
     for i in range(n):
         here = f"{where}, completion {i}"
         prompt, completion = record["prompt"][i], record["completion"][i]
@@ -160,56 +160,27 @@ def _table(
                 raise SourceError(path, here, key, f"must be text, got {value!r:.40}")
         values = [_reward_value(record[f][i], path, here, f) for f in functions]
         reward = math.fsum(w * v for w, v in zip(weights, values) if not math.isnan(v))
-        key = groups.setdefault(prompt, _prompt_key(prompt))
-        row: dict[str, Any] = {
-            "group_id": f"{path}:{line}:{key}",
-            "traj_id": f"{path}:{line}:{i}",
-            "step_idx": 0,
-            "reward": reward,
-            "episode_reward": reward,
-            "done": True,
-            "prompt": prompt,
-            "action": completion,
-            "training_step": _training_step(record[step_key][i], path, here, step_key),
-            "source_advantage": _reward_value(record[ADVANTAGES][i], path, here, ADVANTAGES),
-        }
-        for f, v in zip(functions, values):
-            row[f"{REWARD_PREFIX}{f}"] = v
-        own, extra = split_fields((key_, record[key_][i]) for key_ in others)
-        row.update(keep_columns(own, path, here, WRITTEN, (REWARD_PREFIX,)))
-        if extra:
-            row["extra"] = extra
-        yield row
+        step = _training_step(record[step_key][i], path, here, step_key)
+        row = _row(prompt, completion, reward, step, (f"{path}:{line}:{_prompt_key(prompt)}", f"{path}:{line}:{i}"))
+        row["source_advantage"] = _reward_value(record[ADVANTAGES][i], path, here, ADVANTAGES)
+        row.update((f"{REWARD_PREFIX}{f}", v) for f, v in zip(functions, values))
+        own, extra = rest(((key, record[key][i]) for key in others), path, here, WRITTEN, (REWARD_PREFIX,))
+        yield with_extra({**row, **own}, extra)
 
 
-def _row(record: Mapping[str, Any], path: Path, line: int) -> dict[str, Any]:
-    """One line of the Ray driver: one completion, its total reward."""
-    where = f"line {line}"
-    for key in ("prompt", "completion"):
-        if not isinstance(record.get(key), str):
-            raise SourceError(path, where, key, "missing" if record.get(key) is None else "must be text")
-    if record.get("reward") is None:
-        raise SourceError(path, where, "reward", "missing")
-    reward = number(record["reward"], path, where, "reward")
-    step = _training_step(record.get("gen_step"), path, where, "gen_step")
-    row: dict[str, Any] = {
-        "group_id": f"{path}:step {step}:{_prompt_key(record['prompt'])}",
-        "traj_id": f"{path}:{line}",
-        "step_idx": 0,
-        "reward": reward,
-        "episode_reward": reward,
-        "done": True,
-        "prompt": record["prompt"],
-        "action": record["completion"],
-        "training_step": step,
-    }
-    own, extra = split_fields(
-        (key, value) for key, value in record.items() if key not in ("gen_step", "prompt", "completion", "reward")
+def _ray_row(record: Mapping[str, Any], path: Path, line: int, where: str) -> dict[str, Any]:
+    ray = declared(_RayLine, record, path, where)
+    step = _training_step(ray.gen_step, path, where, "gen_step")
+    row = _row(
+        ray.prompt,
+        ray.completion,
+        ray.reward,
+        step,
+        (f"{path}:step {step}:{_prompt_key(ray.prompt)}", f"{path}:{line}"),
     )
-    row.update(keep_columns(own, path, where, WRITTEN, (REWARD_PREFIX,)))
-    if extra:
-        row["extra"] = extra
-    return row
+    items = ((key, value) for key, value in record.items() if key not in _RayLine.__struct_fields__)
+    own, extra = rest(items, path, where, WRITTEN, (REWARD_PREFIX,))
+    return with_extra({**row, **own}, extra)
 
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
@@ -219,13 +190,9 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     for path in files:
         run = _run_weights(path) if options.reward_weights is None else None
         previous: Any = None
-        for line, record in iter_jsonl(path):
-            if not isinstance(record, Mapping):
-                raise SourceError(path, f"line {line}", None, f"expected a JSON object, got {type(record).__name__}")
-            if isinstance(record.get("prompt"), list):
-                if record == previous:
-                    continue
+        for line, where, record in objects(path):
+            if not isinstance(record.get("prompt"), list):
+                yield locate(_ray_row(record, path, line, where), path, where)
+            elif record != previous:
                 previous = record
-                yield from located(_table(record, path, line, options, run), path, f"line {line}")
-            else:
-                yield locate(_row(record, path, line), path, f"line {line}")
+                yield from located(_table(record, path, line, options, run), path, where)

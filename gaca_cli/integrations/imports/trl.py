@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gaca_cli.integrations.imports.base import (
     CHAT,
     SCHEMA_COLUMNS,
@@ -18,14 +20,16 @@ from gaca_cli.integrations.imports.base import (
     ImportOptions,
     SourceError,
     chat_messages,
+    declared,
     file_labels,
     iter_parquet_rows,
-    keep_columns,
     locate,
     number,
+    plain_chat,
+    rest,
+    show,
     split_chat,
-    split_fields,
-    text_of,
+    with_extra,
 )
 
 STEP, PROMPT, COMPLETION, ADVANTAGE = "step", "prompt", "completion", "advantage"
@@ -59,6 +63,13 @@ INFO = FormatInfo(
 )
 
 
+class _Row(msgspec.Struct):
+    """The fixed columns of a row (the prompt and completion are checked by `_steps`)."""
+
+    step: int
+    advantage: float | None
+
+
 def _columns(record: Mapping[str, Any], path: Path, n_weights: int | None) -> tuple[list[str], list[str]]:
     """(the reward columns, the other columns) of a table whose first row is `record`.
 
@@ -68,24 +79,14 @@ def _columns(record: Mapping[str, Any], path: Path, n_weights: int | None) -> tu
     for required in (STEP, PROMPT, COMPLETION, ADVANTAGE):
         if required not in names:
             raise SourceError(path, "row 0", required, "missing: not a TRL completions table (log_completions=True)")
-    start, stop = names.index(COMPLETION) + 1, names.index(ADVANTAGE)
-    between = names[start:stop] if start <= stop else []
+    between = names[names.index(COMPLETION) + 1 : names.index(ADVANTAGE)]
     if not between:
         raise SourceError(path, None, None, "no reward function column between 'completion' and 'advantage'")
-    if n_weights is None:
-        rewards = between
-    elif n_weights > len(between):
-        raise SourceError(
-            path,
-            None,
-            None,
-            f"--reward-weights gives {n_weights} weights but the table has {len(between)} column(s) "
-            f"between 'completion' and 'advantage' ({', '.join(between)})",
-        )
-    else:
-        rewards = between[:n_weights]
-    fixed = {STEP, PROMPT, COMPLETION, ADVANTAGE, *rewards}
-    return rewards, [n for n in names if n not in fixed]
+    if n_weights is not None and n_weights > len(between):
+        rule = f"--reward-weights gives {n_weights} weights but the table has {len(between)} column(s) "
+        raise SourceError(path, None, None, rule + f"between 'completion' and 'advantage' ({', '.join(between)})")
+    rewards = between[:n_weights]
+    return rewards, [n for n in names if n not in {STEP, PROMPT, COMPLETION, ADVANTAGE, *rewards}]
 
 
 def _captured(messages: Sequence[Mapping[str, Any]], keys: frozenset[str]) -> bool:
@@ -101,21 +102,15 @@ def _reward(
 ) -> tuple[float, dict[str, float | None]]:
     """TRL's aggregate reward Σ_i w_i·r_i over the functions that returned a value (nansum), and
     each function's value (None where it returned None)."""
-    total, applied = 0.0, 0
     per_function: dict[str, float | None] = {}
-    for i, (name, weight) in enumerate(zip(columns, weights, strict=True)):
+    for i, name in enumerate(columns):
         value = record.get(name)
         if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))):
-            rule = f"must be a number (reward function {i + 1} of {len(columns)}), got {json.dumps(value, default=str)[:40]}"
+            rule = f"must be a number (reward function {i + 1} of {len(columns)}), got {show(value)}"
             raise SourceError(path, where, name, rule + hint)
-        if value is None or math.isnan(value):
-            per_function[name] = None
-            continue
-        score = number(value, path, where, name)
-        per_function[name] = score
-        total += weight * score
-        applied += 1
-    if applied == 0:
+        per_function[name] = None if value is None or math.isnan(value) else number(value, path, where, name)
+    scores = [(w, v) for w, v in zip(weights, per_function.values(), strict=True) if v is not None]
+    if not scores:
         raise SourceError(
             path,
             where,
@@ -123,16 +118,7 @@ def _reward(
             f"every reward function returned None ({', '.join(columns)} all empty): TRL gave this completion "
             "no reward and no learning signal",
         )
-    return total, per_function
-
-
-def _kept(
-    record: Mapping[str, Any], others: Sequence[str], path: Path, where: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The table's other columns (log_extra): scalars as their own columns (renamed
-    `source_<name>` where the name is one this format writes), nested values for `extra`."""
-    own, extra = split_fields((name, record[name]) for name in others)
-    return keep_columns(own, path, where, WRITTEN, (REWARD_PREFIX,)), extra
+    return sum(w * v for w, v in scores), per_function
 
 
 def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -143,7 +129,7 @@ def _steps(prompt: Any, completion: Any, path: Path, where: str) -> tuple[list[d
         return [{PROMPT: prompt, "action": completion}], {}
     prompt_messages = chat_messages(prompt, path, where, PROMPT, f"must be a string or {CHAT}")
     completion_messages = chat_messages(completion, path, where, COMPLETION, f"must be {CHAT} when the prompt is one")
-    context = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in prompt_messages]
+    context = plain_chat(prompt_messages)
     steps = [{"messages": context + before, "action": text} for before, text, _ in split_chat(completion_messages)]
     if not steps:
         raise SourceError(path, where, COMPLETION, "has no assistant message")
@@ -164,50 +150,24 @@ def _group_key(step: int, prompt: Any) -> str:
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     """One row per step of each completion, file by file, row by row (Parquet record batches)."""
-    labels = file_labels(files)
+    labels, weights = file_labels(files), options.reward_weights
+    hint = "; if the run logged log_extra columns, give --reward-weights (one weight per reward function): only "
+    hint = "" if weights is not None else hint + "that many columns are then read as rewards"
     for path in files:
-        label = labels[path]
         columns: tuple[list[str], list[str]] | None = None
         for row, record in iter_parquet_rows(path):
             where = f"row {row}"
-            if columns is None:
-                n_weights = None if options.reward_weights is None else len(options.reward_weights)
-                columns = _columns(record, path, n_weights)
-            reward_columns, others = columns
-            weights = options.reward_weights or (1.0,) * len(reward_columns)
-            hint = (
-                ""
-                if options.reward_weights is not None
-                else "; if the run logged log_extra columns, give --reward-weights (one weight per reward "
-                "function): only that many columns are then read as rewards"
-            )
-            step = record[STEP]
-            if isinstance(step, bool) or not isinstance(step, int):
-                raise SourceError(path, where, STEP, f"must be an integer, got {json.dumps(step, default=str)[:40]}")
-            advantage = record[ADVANTAGE]
-            if advantage is not None and (isinstance(advantage, bool) or not isinstance(advantage, (int, float))):
-                raise SourceError(
-                    path, where, ADVANTAGE, f"must be a number, got {json.dumps(advantage, default=str)[:40]}"
-                )
-            total, per_function = _reward(record, reward_columns, weights, path, where, hint)
+            functions, others = columns = columns or _columns(record, path, None if weights is None else len(weights))
+            head = declared(_Row, record, path, where)
+            total, per_function = _reward(record, functions, weights or (1.0,) * len(functions), path, where, hint)
             steps, extra = _steps(record[PROMPT], record[COMPLETION], path, where)
-            own, nested = _kept(record, others, path, where)
+            own, nested = rest(((name, record[name]) for name in others), path, where, WRITTEN, (REWARD_PREFIX,))
             extra.update(nested)
-            group_id = f"{label}/{_group_key(step, record[PROMPT])}"
-            last = len(steps) - 1
+            group_id, last = f"{labels[path]}/{_group_key(head.step, record[PROMPT])}", len(steps) - 1
+            # the completion's columns: its step, each reward function's value, TRL's advantage
+            common = {STEP: head.step, **{f"{REWARD_PREFIX}{n}": v for n, v in per_function.items()}}
+            common.update({SOURCE_ADVANTAGE: head.advantage, **own})
             for k, fields in enumerate(steps):
-                out: dict[str, Any] = {
-                    "group_id": group_id,
-                    "traj_id": f"{label}/row{row}",
-                    "step_idx": k,
-                    "reward": total if k == last else 0.0,
-                    "done": k == last,
-                    **fields,
-                    STEP: step,
-                    **{f"{REWARD_PREFIX}{name}": value for name, value in per_function.items()},
-                    SOURCE_ADVANTAGE: None if advantage is None else float(advantage),
-                    **own,
-                }
-                if extra and k == last:
-                    out["extra"] = extra
-                yield locate(out, path, where)
+                out = {"group_id": group_id, "traj_id": f"{labels[path]}/row{row}", "step_idx": k}
+                out.update({"reward": total if k == last else 0.0, "done": k == last, **fields, **common})
+                yield locate(with_extra(out, extra if k == last else {}), path, where)

@@ -15,24 +15,25 @@ from typing import Any
 import msgspec
 
 from gaca_cli.integrations.imports.base import (
-    CHAT,
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
     after_last_turn,
     broken,
+    chat_messages,
     declared,
     is_scalar,
     iter_jsonl,
-    keep_columns,
     located,
     message_fields,
     number,
+    plain_chat,
     read_json,
+    rest,
     split_chat,
     split_fields,
-    text_of,
+    with_extra,
 )
 
 INFO = FormatInfo(
@@ -139,15 +140,10 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
         common[f"metric_{name}"] = None if value is None else number(value, path, where, f"metrics.{name}")
     # the other fields (not mapped, nor a metric repeated at the top level); one named like a
     # column these rows have is kept as source_<name>
-    own, extra = split_fields(
-        (key, value)
-        for key, value in record.items()
-        if key not in _MAPPED and not (key in metrics and value == metrics[key])
-    )
-    written = {*SCHEMA_COLUMNS, *common}
-    common.update(keep_columns(own, path, where, written, ("metric_",)))
-    completed = record.get("is_completed", True)
-    done = completed if isinstance(completed, bool) else True
+    items = ((k, v) for k, v in record.items() if k not in _MAPPED and not (k in metrics and v == metrics[k]))
+    own, extra = rest(items, path, where, {*SCHEMA_COLUMNS, *common}, ("metric_",))
+    common.update(own)
+    done = record.get("is_completed") is not False
 
     steps = list(_steps(path, where, record.get("prompt"), record.get("completion")))
     if isinstance(record.get("prompt"), list):
@@ -159,9 +155,7 @@ def _rollout_rows(path: Path, where: str, line: int, record: Any, run_columns: d
     for i, step in enumerate(steps):
         last = i == len(steps) - 1
         row = {**common, **step, "step_idx": i, "reward": reward if last else 0.0, "done": done and last}
-        if last and extra:
-            row["extra"] = extra
-        yield row
+        yield with_extra(row, extra if last else {})
 
 
 def _decoded_tool_calls(message: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -185,16 +179,12 @@ def _steps(path: Path, where: str, prompt: Any, completion: Any) -> Iterator[dic
             raise SourceError(path, where, "completion", "must be a string when the prompt is a string")
         yield {"prompt": prompt or "", "action": completion or ""}
         return
-    for field, value in (("prompt", prompt), ("completion", completion)):
-        if value is not None and (
-            not isinstance(value, list) or not all(isinstance(m, Mapping) and "role" in m for m in value)
-        ):
-            raise SourceError(path, where, field, f"must be {CHAT}")
-    completion = [_decoded_tool_calls(m) for m in completion or []]
+    chat_messages(prompt, path, where, "prompt")
+    completion = [_decoded_tool_calls(m) for m in chat_messages(completion or [], path, where, "completion")]
     prior_turns = sum(1 for m in prompt if m.get("role") == "assistant")  # few-shot turns are context
     turns = list(split_chat([*prompt, *completion]))[prior_turns:]
     if not turns:  # no assistant turn (an error before the first): the rollout is one empty step
-        context = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in [*prompt, *completion]]
+        context = plain_chat([*prompt, *completion])
         yield {"messages": context, "action": ""}
         return
     for context, action, _message in turns:
@@ -260,6 +250,11 @@ class _Trace(msgspec.Struct):
     calls: list[dict[str, Any]] = []
     verifiers: dict[str, Any] = {}
 
+    def __post_init__(self) -> None:
+        for i, node in enumerate(self.nodes):
+            if node.parent is not None and not 0 <= node.parent < i:
+                raise broken(f"nodes[{i}].parent", f"must be the index of an earlier node, got {node.parent!r}")
+
 
 class _Episode(msgspec.Struct):
     """An Episode line of traces.jsonl (verifiers/v1/episode.py): what the rows are built from."""
@@ -291,14 +286,11 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
             _spread(episode[key], prefix, columns, extra, frozenset())
     skip = frozenset({"task", "traces", "env", "run", "group"})
     _spread({k: v for k, v in episode.items() if k not in skip}, "episode_", columns, extra, frozenset())
-    group = columns.get("episode_group_id") or task.get("key") or task.get("hash")
-    if group is None:
-        group = json.dumps(data, sort_keys=True)
+    group = columns.get("episode_group_id") or task.get("key") or task.get("hash") or json.dumps(data, sort_keys=True)
 
     if not traces:  # the task failed before any agent ran: one empty step keeps the episode
         row = {**columns, "group_id": f"{path}:{group}", "traj_id": f"{path}:{line}", "step_idx": 0}
-        row.update(messages=[], action="", reward=0.0, done=False)
-        yield {**row, "extra": extra} if extra else row
+        yield with_extra(row | {"messages": [], "action": "", "reward": 0.0, "done": False}, extra)
     for t, trace in enumerate(traces):
         last_extra = extra if t == len(traces) - 1 else {}
         yield from _trace_rows(
@@ -322,16 +314,6 @@ def _rewards(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> tu
     return total, columns
 
 
-def _checked_nodes(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    nodes = trace.get("nodes", [])
-    for i, node in enumerate(nodes):
-        if (parent := node.get("parent")) is not None and not 0 <= parent < i:
-            raise SourceError(
-                path, where, f"{field}.nodes[{i}].parent", f"must be the index of an earlier node, got {parent!r}"
-            )
-    return nodes
-
-
 def _trace_rows(
     path: Path,
     where: str,
@@ -344,7 +326,7 @@ def _trace_rows(
     episode_extra: dict[str, Any],
 ) -> Iterator[dict]:
     """One row per sampled node of one trace; the context of a row is its node's graph path."""
-    nodes = _checked_nodes(path, where, field, trace)
+    nodes = trace.get("nodes", [])
     reward, reward_columns = _rewards(path, where, field, trace)
     agent, calls = trace.get("agent", {}), trace.get("calls", [])
 
@@ -362,11 +344,9 @@ def _trace_rows(
     by_node = {c["node"]: c for c in calls if isinstance(c.get("node"), int)}
     loose_calls = [c for c in calls if not isinstance(c.get("node"), int)]
     last_call = next((c for c in reversed(calls) if c.get("error") is None), None)
-    truncated = trace.get("stop_condition") in _LIMIT_STOPS or bool(
-        last_call and last_call.get("finish_reason") == "length"
-    )
+    length = last_call is not None and last_call.get("finish_reason") == "length"
+    common["is_truncated"] = truncated = trace.get("stop_condition") in _LIMIT_STOPS or length
     done = trace.get("is_completed") is True and not truncated
-    common["is_truncated"] = truncated
 
     sampled = [i for i, node in enumerate(nodes) if node.get("sampled") is True]
     on_path: set[int] = set()
@@ -378,10 +358,7 @@ def _trace_rows(
     if not steps:  # no model turn (an error before the first): one empty step with the chat so far
         chain = _path(nodes, len(nodes) - 1) if nodes else []
         on_path.update(chain)
-        context = [
-            {"role": str(nodes[n]["message"]["role"]), "content": text_of(nodes[n]["message"].get("content"))}
-            for n in chain
-        ]
+        context = plain_chat(nodes[n]["message"] for n in chain)
         steps.append({"messages": context, "action": "", "extra": {"input_nodes": [nodes[n] for n in chain]}})
 
     last_extra = {**trace_extra, **episode_extra}
@@ -393,9 +370,7 @@ def _trace_rows(
         last = k == len(steps) - 1
         row = {**common, **step, "group_id": group_id, "traj_id": traj_id, "step_idx": k}
         row.update(reward=reward if last else 0.0, done=done and last)
-        if last and last_extra:
-            row["extra"] = {**row.get("extra", {}), **last_extra}
-        yield row
+        yield with_extra(row, {**row.get("extra", {}), **(last_extra if last else {})})
 
 
 def _path(nodes: list[Mapping[str, Any]], i: int) -> list[int]:
@@ -414,16 +389,11 @@ def _step(
     step: dict[str, Any] = {"messages": context, "action": action, "timestamp": node.get("timestamp")}
     extra: dict[str, Any] = {}
 
-    message = node["message"]
-    for key, value in message.items():
-        if key in ("role", "content", "tool_calls"):
-            continue
-        if is_scalar(value):
-            step[key] = value
-        elif value:
-            extra.setdefault("message", {})[key] = value
-    node_extra = {k: v for k, v in node.items() if k not in _NODE_MAPPED and (v or v is False or v == 0)}
-    if node_extra:
+    own, nested = split_fields((k, v) for k, v in node["message"].items() if k not in ("role", "content", "tool_calls"))
+    step.update(own)
+    if nested := {k: v for k, v in nested.items() if v}:
+        extra["message"] = nested
+    if node_extra := {k: v for k, v in node.items() if k not in _NODE_MAPPED and (v or v is False or v == 0)}:
         extra["node"] = node_extra
 
     tokens, mask, logprobs = node.get("token_ids", []), node.get("mask", []), node.get("logprobs", [])
@@ -433,15 +403,11 @@ def _step(
         scaffold = len(tokens) - n_sampled
         step["prompt_token_ids"] = [t for n in chain[:-1] for t in nodes[n]["token_ids"]] + tokens[:scaffold]
         step["action_token_ids"] = tokens[scaffold:]
-        if logprobs:
-            if len(logprobs) != n_sampled:
-                raise SourceError(
-                    path,
-                    where,
-                    f"{field}.logprobs",
-                    f"must hold one value per sampled token ({n_sampled}), got {len(logprobs)}",
-                )
-            step["behavior_logprobs"] = [number(v, path, where, f"{field}.logprobs") for v in logprobs]
+        if logprobs and len(logprobs) != n_sampled:
+            rule = f"must hold one value per sampled token ({n_sampled}), got {len(logprobs)}"
+            raise SourceError(path, where, f"{field}.logprobs", rule)
+        if logprobs:  # numbers: the node is declared
+            step["behavior_logprobs"] = [float(v) for v in logprobs]
     elif tokens:  # tokens the mask does not split into scaffold then sample: kept as written
         extra["node_tokens"] = {"token_ids": tokens, "mask": mask, "logprobs": logprobs}
 
@@ -452,14 +418,8 @@ def _step(
     inputs = [{k: v for k, v in nodes[n].items() if k not in covered} for n in chain[start:-1]]
     if inputs:
         extra["input_nodes"] = inputs
-
     if call is not None:
-        for key in _CALL_COLUMNS:
-            if key in call:
-                step[key] = call[key]
-        rest = {k: v for k, v in call.items() if k not in (*_CALL_COLUMNS, "node")}
-        if rest:
-            extra["call"] = rest
-    if extra:
-        step["extra"] = extra
-    return step
+        step.update((key, call[key]) for key in _CALL_COLUMNS if key in call)
+        if other := {k: v for k, v in call.items() if k not in (*_CALL_COLUMNS, "node")}:
+            extra["call"] = other
+    return with_extra(step, extra)

@@ -6,7 +6,8 @@ fields and the versions followed: docs/formats/verl.md."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,38 +22,24 @@ from gaca_cli.integrations.imports.base import (
     declared,
     file_labels,
     is_scalar,
-    iter_jsonl,
-    keep_columns,
     locate,
     located,
+    mask_runs,
+    objects,
+    rest,
     show,
-    split_fields,
+    token_steps,
+    with_extra,
 )
 from gaca_cli.log import columns as C
 
 INPUT, OUTPUT, GTS, SCORE, STEP, UID = "input", "output", "gts", "score", "step", "uid"
-PROMPT_IDS, RESPONSE_IDS, RESPONSE_MASK, RESPONSE_LOGPROBS = (
-    "prompt_ids",
-    "response_ids",
-    "response_mask",
-    "response_logprobs",
-)
+RESPONSE_MASK, RESPONSE_LOGPROBS = "response_mask", "response_logprobs"
 REWARD_SCORE, EXTRA_FIELDS, TURN_SCORES, TOOL_REWARDS = "reward_score", "extra_fields", "turn_scores", "tool_rewards"
 TURN_SCORE, TOOL_REWARD = "turn_score", "tool_reward"  # the per-step columns they become
 # the columns this format writes and the schema's own: a source field of one of these names is
 # kept as source_<name>
-WRITTEN = frozenset(
-    {
-        *SCHEMA_COLUMNS,
-        INPUT,
-        GTS,
-        STEP,
-        UID,
-        REWARD_SCORE,
-        TURN_SCORE,
-        TOOL_REWARD,
-    }
-)
+WRITTEN = frozenset({*SCHEMA_COLUMNS, INPUT, GTS, STEP, UID, REWARD_SCORE, TURN_SCORE, TOOL_REWARD})
 
 INFO = FormatInfo(
     name="verl",
@@ -114,6 +101,11 @@ class _AgentLoop(msgspec.Struct):
         for name, values in ((RESPONSE_MASK, self.response_mask), (RESPONSE_LOGPROBS, self.response_logprobs)):
             if values is not None and len(values) != n:
                 raise broken(name, f"has {len(values)} values for {n} response_ids")
+        if any(m not in (0, 1) for m in self.response_mask):
+            bad = next(i for i, m in enumerate(self.response_mask) if m not in (0, 1))
+            raise broken(RESPONSE_MASK, f"must hold 0s and 1s, got {self.response_mask[bad]} at position {bad}")
+        if 1 not in self.response_mask:
+            raise broken(RESPONSE_MASK, "no generated token (no 1 in the mask): no step to import")
         if self.reward_score is None and self.score is None:
             raise broken(REWARD_SCORE, "is null and the record has no 'score': add the trajectory's reward as 'score'")
 
@@ -125,10 +117,8 @@ def _kept(
     under their names). A scalar field named like a column this format writes is kept as
     source_<name>; a record that also has a field source_<name> is a SourceError naming it
     (`keep_columns`). `drop_null`: scalar nulls left out first (AgentLoopOutput's unset fields)."""
-    own, nested = split_fields((key, value) for key, value in record.items() if key not in consumed)
-    if drop_null:
-        own = {k: v for k, v in own.items() if v is not None}
-    return keep_columns(own, path, where, WRITTEN), nested
+    items = ((k, v) for k, v in record.items() if k not in consumed and not (drop_null and v is None))
+    return rest(items, path, where, WRITTEN)
 
 
 # --- rollout dumps -------------------------------------------------------------------------
@@ -151,26 +141,18 @@ def _dump_row(record: Mapping[str, Any], path: Path, where: str, label: str, lin
     if record.get(GTS) is not None:  # verl < 0.6 writes none, later verl null without a ground truth
         (own if is_scalar(record[GTS]) else nested)[GTS] = record[GTS]
     digest = hashlib.sha1(dump.input.encode("utf-8")).hexdigest()[:12]
-    row: dict[str, Any] = {
-        C.GROUP_ID: f"{label}/{digest}",
-        C.TRAJ_ID: f"{label}/line{line}",
-        C.STEP_IDX: 0,
-        C.REWARD: dump.score,
-        C.EPISODE_REWARD: dump.score,
-        C.DONE: True,
-        C.ACTION: dump.output,
-        INPUT: dump.input,
-        STEP: dump.step,
-        **own,
-    }
+    row = {C.GROUP_ID: f"{label}/{digest}", C.TRAJ_ID: f"{label}/line{line}", C.STEP_IDX: 0, C.REWARD: dump.score}
+    row.update({C.EPISODE_REWARD: dump.score, C.DONE: True, C.ACTION: dump.output, INPUT: dump.input, STEP: dump.step})
+    row.update(own)
     if UID in record:
         row[UID] = record[UID] if isinstance(record[UID], (str, int)) else show(record[UID])
-    if nested:
-        row["extra"] = nested
-    return row
+    return with_extra(row, nested)
 
 
-def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[tuple[int, Any]]) -> Iterator[dict]:
+Lines = Iterable[tuple[int, str, Mapping[str, Any]]]
+
+
+def _read_dump(path: Path, label: str, lines: Lines) -> Iterator[dict]:
     """The rows of one dump file. Rows of a v1 session (uid `{uid}_{session}_{index}`) are held
     until the session ends, to put its score on its last output."""
     pending: list[dict[str, Any]] = []
@@ -181,15 +163,11 @@ def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[t
             finished.add(pending[0][C.TRAJ_ID])
         for k, row in enumerate(pending):
             last = k == len(pending) - 1
-            row[C.REWARD] = row[C.EPISODE_REWARD] if last else 0.0
-            row[C.DONE] = last
+            row.update({C.REWARD: row[C.EPISODE_REWARD] if last else 0.0, C.DONE: last})
             yield row
         pending.clear()
 
-    for line, record in _chain(first, lines):
-        where = f"line {line}"
-        if not isinstance(record, Mapping):
-            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+    for line, where, record in lines:
         if RESPONSE_MASK in record:
             raise SourceError(
                 path, where, None, "an agent-loop record in a rollout dump file: keep them in files apart"
@@ -206,42 +184,16 @@ def _read_dump(path: Path, label: str, first: tuple[int, Any], lines: Iterator[t
         if pending and traj != pending[0][C.TRAJ_ID]:
             yield from flush()
         if traj in finished:
-            raise SourceError(
-                path, where, UID, f"the outputs of session {traj!r} are not on consecutive lines (verl sorts them)"
-            )
-        expected = len(pending)
-        if index != expected:
-            raise SourceError(path, where, UID, f"output index {index} of session {traj!r}: expected {expected}")
+            rule = f"the outputs of session {traj!r} are not on consecutive lines (verl sorts them)"
+            raise SourceError(path, where, UID, rule)
+        if index != len(pending):
+            raise SourceError(path, where, UID, f"output index {index} of session {traj!r}: expected {len(pending)}")
         row.update({C.GROUP_ID: group, C.TRAJ_ID: traj, C.STEP_IDX: index})
         pending.append(row)
     yield from flush()
 
 
-def _chain(first: tuple[int, Any], rest: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
-    yield first
-    yield from rest
-
-
 # --- agent-loop trajectories ---------------------------------------------------------------
-
-
-def _runs(mask: Sequence[int], path: Path, where: str) -> list[tuple[int, int]]:
-    """The [start, end) spans of the runs of 1s in a response mask."""
-    runs: list[tuple[int, int]] = []
-    start = None
-    for i, m in enumerate(mask):
-        if m not in (0, 1):
-            raise SourceError(path, where, RESPONSE_MASK, f"must hold 0s and 1s, got {m} at position {i}")
-        if m == 1 and start is None:
-            start = i
-        elif m == 0 and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(mask)))
-    if not runs:
-        raise SourceError(path, where, RESPONSE_MASK, "no generated token (no 1 in the mask): no step to import")
-    return runs
 
 
 def _per_turn(values: list[float] | None, n_steps: int) -> list[float] | None:
@@ -259,7 +211,7 @@ def _per_turn(values: list[float] | None, n_steps: int) -> list[float] | None:
 def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: str, line: int) -> Iterator[dict]:
     loop = declared(_AgentLoop, record, path, where)
     fields = loop.extra_fields or {}
-    runs = _runs(loop.response_mask, path, where)
+    runs = mask_runs(loop.response_mask)
     per_step: dict[str, list[float]] = {}
     extra_fields = dict(fields)
     for key, column in ((TURN_SCORES, TURN_SCORE), (TOOL_REWARDS, TOOL_REWARD)):
@@ -272,44 +224,26 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
             del extra_fields[key]
         elif not values:
             del extra_fields[key]
-    consumed = frozenset(
-        {UID, PROMPT_IDS, RESPONSE_IDS, RESPONSE_MASK, RESPONSE_LOGPROBS, REWARD_SCORE, SCORE, STEP, EXTRA_FIELDS}
-    )
-    own, nested = _kept(record, consumed, path, where, drop_null=True)  # AgentLoopOutput's unset fields
+
+    own, nested = _kept(
+        record, frozenset(_AgentLoop.__struct_fields__), path, where, drop_null=True
+    )  # AgentLoopOutput's unset fields
     if extra_fields:
         nested[EXTRA_FIELDS] = extra_fields
     last, outcome = len(runs) - 1, float(loop.reward_score if loop.reward_score is not None else loop.score or 0.0)
-    prompt_ids, response_ids = loop.prompt_ids, loop.response_ids
-    for k, (start, end) in enumerate(runs):
+    if loop.step is not None:
+        own[STEP] = loop.step
+    steps = token_steps(loop.prompt_ids, loop.response_ids, runs, loop.response_logprobs)
+    for k, tokens in enumerate(steps):
         reward = sum(values[k] for values in per_step.values()) + (outcome if k == last else 0.0)
-        row: dict[str, Any] = {
-            C.GROUP_ID: str(loop.uid),
-            C.TRAJ_ID: f"{label}/line{line}",
-            C.STEP_IDX: k,
-            C.REWARD: reward,
-            C.DONE: k == last,
-            C.PROMPT_TOKEN_IDS: prompt_ids + response_ids[:start],
-            C.ACTION_TOKEN_IDS: response_ids[start:end],
-            REWARD_SCORE: outcome,
-            **{column: values[k] for column, values in per_step.items()},
-            **own,
-        }
-        if loop.response_logprobs is not None:
-            row[C.BEHAVIOR_LOGPROBS] = loop.response_logprobs[start:end]
-        if loop.step is not None:
-            row[STEP] = loop.step
-        if nested and k == last:
-            row["extra"] = nested
-        yield row
+        row = {C.GROUP_ID: str(loop.uid), C.TRAJ_ID: f"{label}/line{line}", C.STEP_IDX: k, C.REWARD: reward}
+        row.update({C.DONE: k == last, **tokens, REWARD_SCORE: outcome})
+        row.update({column: values[k] for column, values in per_step.items()})
+        yield with_extra({**row, **own}, nested if k == last else {})
 
 
-def _read_trajectories(
-    path: Path, label: str, first: tuple[int, Any], lines: Iterator[tuple[int, Any]]
-) -> Iterator[dict]:
-    for line, record in _chain(first, lines):
-        where = f"line {line}"
-        if not isinstance(record, Mapping):
-            raise SourceError(path, where, None, f"expected a JSON object, got {type(record).__name__}")
+def _read_trajectories(path: Path, label: str, lines: Lines) -> Iterator[dict]:
+    for line, where, record in lines:
         if RESPONSE_MASK not in record:
             raise SourceError(
                 path, where, RESPONSE_MASK, "missing: a rollout dump record in an agent-loop file: keep them apart"
@@ -324,34 +258,21 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
     labels = file_labels(files)
     kinds: dict[str, Path] = {}
     for path in files:
-        lines = iter_jsonl(path)
+        lines = objects(path)
         first = next(lines, None)
         if first is None:
             continue
-        record = first[1]
-        if isinstance(record, Mapping) and RESPONSE_MASK in record:
-            kind = "agent-loop trajectories"
-        elif isinstance(record, Mapping) and INPUT not in record and OUTPUT not in record:
-            raise SourceError(
-                path,
-                f"line {first[0]}",
-                None,
-                "neither a rollout dump record (input, output, score, step) nor an agent-loop "
-                "record (prompt_ids, response_ids, response_mask)",
-            )
-        else:
-            kind = "rollout dumps"
+        record = first[2]
+        if RESPONSE_MASK not in record and INPUT not in record and OUTPUT not in record:
+            rule = "neither a rollout dump record (input, output, score, step) nor an agent-loop record "
+            raise SourceError(path, first[1], None, rule + "(prompt_ids, response_ids, response_mask)")
+        kind = "agent-loop trajectories" if RESPONSE_MASK in record else "rollout dumps"
         kinds.setdefault(kind, path)
         if len(kinds) > 1:
             other = next(p for k, p in kinds.items() if k != kind)
-            raise SourceError(
-                path,
-                None,
-                None,
-                f"holds {kind} but {other} holds the other kind: import rollout dumps and "
-                "agent-loop trajectories separately",
-            )
+            rule = f"holds {kind} but {other} holds the other kind: import rollout dumps and agent-loop trajectories"
+            raise SourceError(path, None, None, rule + " separately")
         if kind == "agent-loop trajectories":
-            yield from _read_trajectories(path, labels[path], first, lines)
+            yield from _read_trajectories(path, labels[path], itertools.chain([first], lines))
         else:
-            yield from _read_dump(path, labels[path], first, lines)
+            yield from _read_dump(path, labels[path], itertools.chain([first], lines))

@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: where the tables go: here, or the folder named by the first argument (an older release's, e.g. `0.29`)
+OUT = HERE / sys.argv[1] if len(sys.argv) > 1 else HERE
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "lm"))
 
@@ -94,9 +96,9 @@ def run(name: str, model_dir: Path, work: Path, conversational: bool, reward_wei
         train_dataset=Dataset.from_list(rows * 3),
     )
     trainer.train()
-    target = HERE / name
+    target = OUT / name
     shutil.rmtree(target, ignore_errors=True)
-    target.mkdir()
+    target.mkdir(parents=True)
     for f in sorted((work / name / "completions").glob("*.parquet")):
         shutil.copy(f, target / f.name)
         print(f"wrote {target / f.name} ({f.stat().st_size} bytes)")
