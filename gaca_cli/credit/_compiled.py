@@ -22,6 +22,7 @@ the cache decide.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 import sys
@@ -57,12 +58,30 @@ def usable(n_rows: int) -> ModuleType | None:
     None. A cold cache is filled by a background process for the next run."""
     if not wanted(n_rows):
         return None
-    from gaca_cli.credit import _kernels
-
     with _LOCK:
-        if os.environ.get(ENV) == "1" or _kernels.cached():
-            return _kernels
-        _fill_cache(Path(_kernels.ENTRY_POINTS[0].stats.cache_path) / "gaca-compiling")
+        folder = None if os.environ.get(ENV) == "1" else _cold_cache()  # (then numba is not needed)
+        if folder is None:
+            from gaca_cli.credit import _kernels
+
+            if os.environ.get(ENV) == "1" or _kernels.cached():
+                return _kernels
+            folder = Path(_kernels.ENTRY_POINTS[0].stats.cache_path)
+        _fill_cache(folder / "gaca-compiling")
+    return None
+
+
+def _cold_cache() -> Path | None:
+    """numba's cache folder when it surely lacks the kernels (~0.2 s less than numba's start-up): no index (.nbi)
+    for this Python, newer than a kernel source, where numba puts it (NUMBA_CACHE_DIR, else `__pycache__`)."""
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    tag = f".py{sys.version_info[0]}{sys.version_info[1]}{getattr(sys, 'abiflags', '')}.nbi"
+    for src in (Path(os.path.abspath(__file__)).parents[1] / p / "_kernels.py" for p in ("credit", "log")):
+        sha = hashlib.sha1(str(src.parent).encode()).hexdigest()  # noqa: S324 - numba's folder name
+        folder = Path(root, f"{src.parent.name}_{sha}") if root else src.parent / "__pycache__"
+        if os.environ.get("NUMBA_CACHE_LOCATOR_CLASSES") or not (root or os.access(src.parent, os.W_OK)):
+            return None  # another locator
+        if not any(f.stat().st_mtime >= src.stat().st_mtime for f in folder.glob(f"_kernels.*{tag}")):
+            return folder
     return None
 
 
@@ -74,7 +93,8 @@ def _fill_cache(marker: Path) -> None:
         if time.time() - marker.stat().st_mtime < 600:
             return
     with contextlib.suppress(OSError):
-        marker.touch()  # (numba made its cache's folder when it looked for it)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
     code = "import os, sys; sys.stdin.read(); hasattr(os, 'nice') and os.nice(19); import gaca_cli.credit._kernels as k; k.warm_up()"
     path = os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
     _filling.append(

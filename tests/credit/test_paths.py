@@ -165,9 +165,11 @@ def test_the_path_is_chosen_once_per_run(monkeypatch):
 
 COLD_CACHE = """
 import subprocess, sys
-from gaca_cli.credit import _compiled, _kernels
-assert not _kernels.cached()
+from gaca_cli.credit import _compiled
 assert _compiled.usable(10**7) is None  # cold: numpy for this run, the cache filled meanwhile
+assert "numba" not in sys.modules  # (the files told it, without numba's start-up)
+from gaca_cli.credit import _kernels
+assert not _kernels.cached()
 assert _compiled.usable(10**7) is None and len(_compiled._filling) == 1  # started once
 other_run = "from gaca_cli.credit import _compiled; print(_compiled.usable(10**7), len(_compiled._filling))"
 assert subprocess.run([sys.executable, "-c", other_run], capture_output=True, text=True).stdout.split() == ["None", "0"]
