@@ -117,14 +117,7 @@ def _jsonl_message(m: Any, path: Path, where: str) -> dict[str, Any]:
 
 
 def _steps(
-    messages: list[dict[str, Any]],
-    reward: float,
-    ids: tuple[str, str],
-    row: dict[str, Any],
-    extra: dict[str, Any],
-    path: Path,
-    where: str,
-    field: str,
+    messages: list, reward: float, ids: tuple[str, str], row: dict, extra: dict, path: Path, where: str, field: str
 ) -> Iterator[dict[str, Any]]:
     """One row per assistant turn (`row`: the columns every step has)."""
     turns = list(split_chat(messages))

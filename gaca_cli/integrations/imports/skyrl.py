@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import msgspec
 
 from gaca_cli.integrations.imports.base import (
     SCHEMA_COLUMNS,
+    File,
     FormatInfo,
     ImportOptions,
     SourceError,
@@ -103,7 +103,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             if kind == "eval dump":
                 yield locate(_eval_row(path, where, line, record), path, where)
             else:
-                yield from located(_generator_rows(path, where, line, record, open_steps, ended), path, where)
+                yield from located(_generator_rows(path, line, record, open_steps, ended), path, where)
         for _, line, name in open_steps.values():
             # SkyRL writes every turn of a trajectory in one batch: rows out of order (or a file
             # cut short) would otherwise split it silently
@@ -164,13 +164,9 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
 
 
 def _generator_rows(
-    path: Path,
-    where: str,
-    line: int,
-    record: Mapping[str, Any],
-    open_steps: dict[str, tuple[int, int, str]],
-    ended: dict[str, int],
+    path: Path, line: int, record: Mapping[str, Any], open_steps: dict[str, tuple[int, int, str]], ended: dict[str, int]
 ) -> Iterator[dict]:
+    where = f"line {line}"
     generated = declared(_GeneratorRow, record, path, where)
     response_ids, rewards, traj = generated.response_ids, generated.rewards, generated.trajectory_ids
     step = record.get("global_step")
@@ -217,10 +213,7 @@ def _generator_rows(
 
 
 def write_generator_output(
-    path: str | os.PathLike,
-    generator_output: Mapping[str, Any],
-    uids: Sequence[str] | None = None,
-    global_step: int | None = None,
+    path: File, generator_output: Mapping[str, Any], uids: Sequence[str] | None = None, global_step: int | None = None
 ) -> int:
     """Append a SkyRL `GeneratorOutput` to the JSONL file `path`, one line per row, for
     `gaca import --from skyrl`. Returns the number of lines written.

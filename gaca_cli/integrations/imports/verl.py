@@ -113,10 +113,8 @@ class _AgentLoop(msgspec.Struct):
 def _kept(
     record: Mapping[str, Any], consumed: frozenset[str], path: Path, where: str, drop_null: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The record's other fields: (scalar ones, as their own columns; nested ones, for `extra`
-    under their names). A scalar field named like a column this format writes is kept as
-    source_<name>; a record that also has a field source_<name> is a SourceError naming it
-    (`keep_columns`). `drop_null`: scalar nulls left out first (AgentLoopOutput's unset fields)."""
+    """The record's fields not in `consumed`, as `rest` splits them against this format's columns;
+    `drop_null`: null fields left out first (AgentLoopOutput's unset fields)."""
     items = ((k, v) for k, v in record.items() if k not in consumed and not (drop_null and v is None))
     return rest(items, path, where, WRITTEN)
 
