@@ -138,11 +138,8 @@ class _GeneratorRow(msgspec.Struct):
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
-        for name, values in (
-            ("loss_masks", self.loss_masks),
-            ("rewards", self.rewards),
-            ("rollout_logprobs", self.rollout_logprobs),
-        ):
+        for name in ("loss_masks", "rewards", "rollout_logprobs"):
+            values = getattr(self, name)
             if isinstance(values, list) and len(values) != n:
                 raise broken(name, f"has {len(values)} values for {n} response_ids")
 
@@ -151,10 +148,8 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
     line_ = declared(_EvalLine, record, path, where)
     prompt, response = line_.input_prompt, line_.output_response
     score = float(sum(line_.score)) if isinstance(line_.score, list) else line_.score
-    row: dict[str, Any] = {
-        "group_id": f"{path}:{hashlib.sha1(prompt.encode('utf-8')).hexdigest()[:16]}",
-        "traj_id": f"{path}:{line}",
-    }
+    group = hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:16]
+    row: dict[str, Any] = {"group_id": f"{path}:{group}", "traj_id": f"{path}:{line}"}
     row.update(step_idx=0, reward=score, done=True, prompt=prompt, action=response)
     # a field named like a column: source_<name>
     own, extra = rest(((k, v) for k, v in record.items() if k not in _EVAL_FIELDS), path, where, SCHEMA_COLUMNS)
