@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
@@ -309,14 +310,10 @@ def _checked_columns(names: list[str]) -> list[str]:
 
 
 def _distinct(log: Any, column: str) -> int:
-    import pyarrow.compute as pc
-
     return len(pc.unique(log.table.column(column))) if column in log.table.column_names else 0
 
 
 def _max_steps(log: Any) -> int:
-    import pyarrow.compute as pc
-
     value = pc.max(log.table.column("step_idx")).as_py()
     return 0 if value is None else int(value) + 1
 

@@ -217,10 +217,8 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
     elif advantage is not None:  # gaca's column: kept as source_advantage, with the other fields below
         others["advantage"] = advantage
     prompt_ids, response_ids = _ints(declared_step.prompt_ids), _ints(declared_step.response_ids)
-    for key, column, ids in (
-        ("prompt_ids", "prompt_token_ids", prompt_ids),
-        ("response_ids", "action_token_ids", response_ids),
-    ):
+    token_columns = {"prompt_ids": ("prompt_token_ids", prompt_ids), "response_ids": ("action_token_ids", response_ids)}
+    for key, (column, ids) in token_columns.items():
         if ids is not None:
             row[column] = ids
         elif step.get(key):  # other than token ids (tinker's image blocks): kept as written

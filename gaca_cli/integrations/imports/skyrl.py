@@ -233,10 +233,7 @@ def write_generator_output(
             line: dict[str, Any] = {"global_step": global_step}
             if uids is not None:
                 line["uid"] = uids[i]
-            for key in _ROW_FIELDS:
-                values = generator_output.get(key)
-                if values is not None:
-                    line[key] = values[i]
+            line.update((key, values[i]) for key in _ROW_FIELDS if (values := generator_output.get(key)) is not None)
             if trajectory_ids is not None:
                 tid = trajectory_ids[i]
                 line["trajectory_ids"] = {"instance_id": tid.instance_id, "repetition_id": tid.repetition_id}
