@@ -117,14 +117,7 @@ def _jsonl_message(m: Any, path: Path, where: str) -> dict[str, Any]:
 
 
 def _steps(
-    messages: list[dict[str, Any]],
-    reward: float,
-    ids: tuple[str, str],
-    row: dict[str, Any],
-    extra: dict[str, Any],
-    path: Path,
-    where: str,
-    field: str,
+    messages: list, reward: float, ids: tuple[str, str], row: dict, extra: dict, path: Path, where: str, field: str
 ) -> Iterator[dict[str, Any]]:
     """One row per assistant turn (`row`: the columns every step has)."""
     turns = list(split_chat(messages))
@@ -174,9 +167,8 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
             parsed = (list(value) if value else None) if key.endswith("logs") else json_text(value, path, where, key)
             if parsed:
                 extra[key] = parsed
-        own, nested = rest(
-            ((n, v) for n, v in record.items() if n not in {*KEPT, *_Row.__struct_fields__}), path, where, WRITTEN
-        )
+        items = ((n, v) for n, v in record.items() if n not in {*KEPT, *_Row.__struct_fields__})
+        own, nested = rest(items, path, where, WRITTEN)
         ids = (f"{path}:g{group}", f"{path}:g{group}/t{k}")
         columns = {"group_index": group, **layout, **own}
         rows = _steps(messages, row.reward, ids, columns, {**extra, **nested}, path, where, "messages")

@@ -20,6 +20,8 @@ import msgspec
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 
+File = str | os.PathLike  # a source file's path
+
 #: the log's columns a format fills, and `extra`: a source field of one of these names that the
 #: format does not map is kept as `source_<name>` (the core does the same for the columns the
 #: commands write)
@@ -70,7 +72,7 @@ class ImportOptions:
 class SourceError(GacaError):
     """A source record that does not fit its format: file, line or row, field, rule."""
 
-    def __init__(self, file: str | os.PathLike, where: str | None, field: str | None, rule: str) -> None:
+    def __init__(self, file: File, where: str | None, field: str | None, rule: str) -> None:
         parts = [p for p in (where, f"field '{field}'" if field else None) if p]
         super().__init__(": ".join([*parts, rule]), file=str(file))
 
@@ -82,28 +84,25 @@ class Located(dict):
 
     __slots__ = ("file", "where")
 
-    file: str | os.PathLike
+    file: File
     where: str | None
 
 
-def locate(row: dict[str, Any], file: str | os.PathLike, where: str | None) -> dict[str, Any]:
+def locate(row: dict[str, Any], file: File, where: str | None) -> dict[str, Any]:
     """`row` as a `Located` row from `where` in `file`."""
     located = row if isinstance(row, Located) else Located(row)
     located.file, located.where = file, where
     return located
 
 
-def located(rows: Iterable[dict[str, Any]], file: str | os.PathLike, where: str | None) -> Iterator[dict[str, Any]]:
+def located(rows: Iterable[dict[str, Any]], file: File, where: str | None) -> Iterator[dict[str, Any]]:
     """Each of `rows` (the rows of one source record) as a `Located` row."""
-    for row in rows:
-        yield locate(row, file, where)
+    return (locate(row, file, where) for row in rows)
 
 
 def origin(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """(file, where) of a `Located` row; (None, None) for another."""
-    if isinstance(row, Located):
-        return str(row.file), row.where
-    return None, None
+    return (str(row.file), row.where) if isinstance(row, Located) else (None, None)
 
 
 def is_scalar(value: Any) -> bool:
@@ -122,11 +121,7 @@ def split_fields(items: Iterable[tuple[str, Any]]) -> tuple[dict[str, Any], dict
 
 
 def keep_columns(
-    own: Mapping[str, Any],
-    file: str | os.PathLike,
-    where: str | None,
-    written: Container[str],
-    prefixes: tuple[str, ...] = (),
+    own: Mapping[str, Any], file: File, where: str | None, written: Container[str], prefixes: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """A record's scalar fields for their own columns, under their names, except one named like
     a column the format writes (one of `written`, or starting with one of `prefixes`): that one
@@ -143,23 +138,14 @@ def keep_columns(
             continue
         name = f"source_{key}"
         if name in own and not renamed(name):
-            raise SourceError(
-                file,
-                where,
-                key,
-                f"is kept as '{name}' because gaca writes a column '{key}', but the record also gives "
-                f"'{name}'; rename one of the two in the source",
-            )
+            rule = f"is kept as '{name}' because gaca writes a column '{key}', but the record also gives '{name}'"
+            raise SourceError(file, where, key, rule + "; rename one of the two in the source")
         kept[name] = value
     return kept
 
 
 def rest(
-    items: Iterable[tuple[str, Any]],
-    file: str | os.PathLike,
-    where: str | None,
-    written: Container[str],
-    prefixes: tuple[str, ...] = (),
+    items: Iterable[tuple[str, Any]], file: File, where: str | None, written: Container[str], prefixes: tuple = ()
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A record's other fields: (its scalars for their own columns, `keep_columns`; its nested
     values for `extra`)."""
@@ -287,7 +273,7 @@ def _utf8_error(text: str) -> int | None:
     return None
 
 
-def _not_utf8(path: str | os.PathLike, text: str, bad: int, first_line: int = 1) -> SourceError:
+def _not_utf8(path: File, text: str, bad: int, first_line: int = 1) -> SourceError:
     """The error for a line or document that is not UTF-8 text: its line, the first bad byte,
     and a hint when the file is Parquet (which the JSON formats do not read)."""
     line = first_line + text.count("\n", 0, bad)
@@ -301,7 +287,7 @@ def _not_utf8(path: str | os.PathLike, text: str, bad: int, first_line: int = 1)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def _check_unicode(value: Any, text: str, path: str | os.PathLike, where: str | None) -> Any:
+def _check_unicode(value: Any, text: str, path: File, where: str | None) -> Any:
     """`value` (parsed from `text`), or a SourceError naming the field with a lone surrogate
     escape (half of a UTF-16 pair, as from an emoji cut in two): no Parquet column can hold it."""
     if not _SURROGATE_ESCAPE.search(text):
@@ -319,7 +305,7 @@ def _check_unicode(value: Any, text: str, path: str | os.PathLike, where: str | 
     return value
 
 
-def _loads(text: str, path: str | os.PathLike, where: str | None, key: str | None = None) -> Any:
+def _loads(text: str, path: File, where: str | None, key: str | None = None) -> Any:
     """`json.loads(text)` (the value of field `key`, when given); text that is not JSON, or has
     a string that is not valid Unicode, is a SourceError."""
     try:
@@ -334,12 +320,12 @@ def _loads(text: str, path: str | os.PathLike, where: str | None, key: str | Non
     return _check_unicode(value, text, path, where)
 
 
-def json_text(value: Any, path: str | os.PathLike, where: str | None, key: str) -> Any:
+def json_text(value: Any, path: File, where: str | None, key: str) -> Any:
     """Field `key`, JSON stored as text (as ART's Parquet writer does), parsed; None for null or ""."""
     return None if value is None or value == "" else _loads(declared(str, value, path, where, key), path, where, key)
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(path: File) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON value) for each non-blank line, read line by line. A line
     that is not UTF-8 text or not JSON is a SourceError naming it."""
     with open(path, encoding="utf-8", errors="surrogateescape") as fh:
@@ -351,7 +337,7 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, Any]]:
                 yield number, _loads(line, path, f"line {number}")
 
 
-def objects(path: str | os.PathLike) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+def objects(path: File) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
     """(line number, "line N", the object) for each line of a JSONL file (`iter_jsonl`); a line
     that is not a JSON object is a SourceError."""
     for number, record in iter_jsonl(path):
@@ -361,7 +347,7 @@ def objects(path: str | os.PathLike) -> Iterator[tuple[int, str, Mapping[str, An
         yield number, where, record
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def read_json(path: File) -> Any:
     """A whole JSON document (for formats that write one small file per episode). A file that
     is not UTF-8 text or not JSON is a SourceError naming the line."""
     with open(path, encoding="utf-8", errors="surrogateescape") as fh:
@@ -373,7 +359,7 @@ def read_json(path: str | os.PathLike) -> Any:
 
 
 def iter_parquet_rows(
-    path: str | os.PathLike, columns: Sequence[str] | None = None, batch_rows: int = 4096
+    path: File, columns: Sequence[str] | None = None, batch_rows: int = 4096
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(0-based row number, row as a dict) for each row of a Parquet file, read in record
     batches. A file that is not readable Parquet is a SourceError."""
@@ -399,7 +385,7 @@ def iter_parquet_rows(
         raise SourceError(path, None, None, f"not a readable Parquet file ({reason})") from None
 
 
-def _bad_text(path: str | os.PathLike, batch: Any, first_row: int) -> SourceError:
+def _bad_text(path: File, batch: Any, first_row: int) -> SourceError:
     """The error for a record batch with a string that is not UTF-8: its first such value's
     row and column (found value by value, only when there is one)."""
     for name, column in zip(batch.schema.names, batch.columns):
@@ -456,7 +442,7 @@ def _at(value: Any, path: str) -> Any:
     return value
 
 
-def declared(kind: Any, value: Any, file: str | os.PathLike, where: str | None, prefix: str = "") -> Any:
+def declared(kind: Any, value: Any, file: File, where: str | None, prefix: str = "") -> Any:
     """`value` (a parsed JSON record) as its declaration `kind`, a msgspec Struct or type (strict: no
     string for a number, no bool for an integer); a record that does not fit is a SourceError
     naming the field (`prefix` + its path in the record) and the rule it breaks. The one place
@@ -488,14 +474,14 @@ def declared(kind: Any, value: Any, file: str | os.PathLike, where: str | None, 
 CHAT = "a list of chat messages ({'role': ..., 'content': ...})"
 
 
-def chat_messages(value: Any, file: str | os.PathLike, where: str | None, key: str, rule: str = "") -> list[Any]:
+def chat_messages(value: Any, file: File, where: str | None, key: str, rule: str = "") -> list[Any]:
     """`value`, which must be a list of chat messages (objects with a string `role`)."""
     if not isinstance(value, list) or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in value):
         raise SourceError(file, where, key, rule or f"must be {CHAT}, each role a string")
     return value
 
 
-def number(value: Any, file: str | os.PathLike, where: str | None, key: str) -> float:
+def number(value: Any, file: File, where: str | None, key: str) -> float:
     """A float from a JSON number (bool refused; an integer beyond a float's range, ~1.8e308,
     is a SourceError too)."""
     return declared(float, value, file, where, key)
@@ -505,14 +491,12 @@ def _matches(text: str) -> list[str]:
     """A source as given: a glob's matches (sorted), else the path itself."""
     import glob
 
-    return (
-        sorted(glob.glob(text, recursive=True))
-        if any(ch in "*?[" for ch in text) and not os.path.exists(text)
-        else [text]
-    )
+    if any(ch in "*?[" for ch in text) and not os.path.exists(text):
+        return sorted(glob.glob(text, recursive=True))
+    return [text]
 
 
-def companion_files(sources: Iterable[str | os.PathLike], companions: Sequence[str]) -> list[Path]:
+def companion_files(sources: Iterable[File], companions: Sequence[str]) -> list[Path]:
     """The existing files named `companions` beside each source file (globs expanded), which a
     format reads along with it (ms-swift's args.json, verifiers' metadata.json)."""
     return [
@@ -525,7 +509,7 @@ def companion_files(sources: Iterable[str | os.PathLike], companions: Sequence[s
     ]
 
 
-def expand_sources(sources: Iterable[str | os.PathLike], suffixes: Sequence[str]) -> list[Path]:
+def expand_sources(sources: Iterable[File], suffixes: Sequence[str]) -> list[Path]:
     """Files, globs and directories (searched recursively for `suffixes`) to a sorted list of
     files, each once."""
     files: list[Path] = []

@@ -91,11 +91,8 @@ def _rest(record: Mapping[str, Any], used: set[str], path: Path, where: str) -> 
     the log (a `prompt` beside `messages`, a `step_idx` in a whole chat, a scalar `extra`, a
     `reward` that --map replaced) is kept as `source_<name>`; one beside a field
     `source_<name>` is an error (see `keep_columns`)."""
-    items = (
-        (key, value)
-        for key, value in record.items()
-        if key not in used and not (value is None and key in SCHEMA_COLUMNS)  # a null field is an absent one
-    )
+    null = {key for key, value in record.items() if value is None and key in SCHEMA_COLUMNS}  # as if absent
+    items = ((key, value) for key, value in record.items() if key not in used and key not in null)
     return rest(items, path, where, SCHEMA_COLUMNS)
 
 

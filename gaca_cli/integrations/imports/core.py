@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.integrations.imports import FORMATS, format_module
 from gaca_cli.integrations.imports.base import (
+    File,
     FormatInfo,
     ImportOptions,
     SourceError,
@@ -130,11 +132,7 @@ def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_nam
             if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
                 rule += "an integer outside the 64-bit range a column holds"
             else:
-                want = (
-                    f"the schema's {target}"
-                    if target is not None
-                    else f"the type of its earlier values ({first!r:.40})"
-                )
+                want = f"the type of its earlier values ({first!r:.40})" if target is None else f"the schema's {target}"
                 rule += f"which does not fit {want}; a field must have one type in every record"
             raise _row_error(row, label, name, rule) from None
     raise GacaError(f"the {format_name} source's values cannot be stored in one column", file=label, column=name)
@@ -156,9 +154,8 @@ def _unify(earlier: pa.Schema, table: pa.Table, rows: list[dict[str, Any]], form
         pass
     for name in (n for n in table.column_names if n in earlier.names):
         try:
-            pa.unify_schemas(
-                [pa.schema([earlier.field(name)]), pa.schema([table.schema.field(name)])], promote_options="permissive"
-            )
+            pair = [pa.schema([earlier.field(name)]), pa.schema([table.schema.field(name)])]
+            pa.unify_schemas(pair, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             row = next(r for r in rows if r.get(name) is not None)
             rule = f"the {format_name} source gives {row[name]!r:.60} here, which does not fit the type of its earlier "
@@ -231,13 +228,10 @@ def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
     if not have & {"anchor_obs", "anchor_key"}:
         route = "or log anchor_obs"
         if "observation" in have:
-            route = (
-                "read the observation as the anchor (gaca advantages --map anchor_obs=observation) where every step "
-            )
-            route += "has one, or log anchor_obs"
-        notes.append(
-            f"no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; use --method grpo, {route}"
-        )
+            route = "read the observation as the anchor (gaca advantages --map anchor_obs=observation) where every"
+            route += " step has one, or log anchor_obs"
+        note = "no anchor column (anchor_obs): gigpo and gaca have no step groups to compare; use --method grpo, "
+        notes.append(note + route)
     texts = {"prompt/messages": {"prompt", "messages", "prompt_token_ids"}, "action": {"action", "action_token_ids"}}
     if lacking := [name for name, names in texts.items() if not have & names]:
         notes.append(f"no {' or '.join(lacking)} (text or token ids): gaca score and train-offline cannot run")
@@ -249,11 +243,7 @@ def _missing(columns: Sequence[str], steps_per_traj: int) -> list[str]:
 
 
 def run_import(
-    format_name: str,
-    sources: Sequence[str | os.PathLike],
-    out: Path | None,
-    options: ImportOptions,
-    command: str = "validate",
+    format_name: str, sources: Sequence[File], out: Path | None, options: ImportOptions, command: str = "validate"
 ) -> ImportResult:
     """Import `sources` in format `format_name`; write the log to `out` (atomically), or, when
     `out` is None, only check it. A source record that does not fit the format raises a
@@ -278,10 +268,8 @@ def run_import(
         _stream_parts(module.read(files, options), parts, format_name)
         if parts.rows == 0:
             raise GacaError(f"no records found for format {format_name}", file=label)
-        merged, about = (
-            tmp / "log.parquet",
-            {"format": format_name, "files": [str(f) for f in files], "source": info.source},
-        )
+        merged = tmp / "log.parquet"
+        about = {"format": format_name, "files": [str(f) for f in files], "source": info.source}
         columns = _merge(parts, str(merged), {"gaca.import": json.dumps(about, sort_keys=True)})
         log = read_log([merged], {}, columns=_checked_columns)
         result = check_log(log, command)
@@ -322,14 +310,10 @@ def _checked_columns(names: list[str]) -> list[str]:
 
 
 def _distinct(log: Any, column: str) -> int:
-    import pyarrow.compute as pc
-
     return len(pc.unique(log.table.column(column))) if column in log.table.column_names else 0
 
 
 def _max_steps(log: Any) -> int:
-    import pyarrow.compute as pc
-
     value = pc.max(log.table.column("step_idx")).as_py()
     return 0 if value is None else int(value) + 1
 

@@ -105,12 +105,8 @@ Kept = dict[str, tuple[str, Any]]
 
 
 def _kept(fields: Mapping[str, Any], path: Path, where: str | None, level: str) -> tuple[Kept, dict[str, Any]]:
-    """A level's fields that are not mapped: (the scalars, as their columns; the nested ones, for
-    `extra` under their names, empty objects and lists left out). A step's scalar keeps its name,
-    a trajectory's and an episode's take their level's prefix (`trajectory_<name>`,
-    `episode_<name>`); then a name that is one of this format's columns becomes
-    `source_<name>`, and a step that also has a field of that name is a SourceError naming
-    it (`keep_columns`)."""
+    """A level's unmapped fields: (its scalars as columns, `LEVEL_PREFIX` + name, or `source_<name>`
+    for one of this format's columns (`keep_columns`); its non-empty nested ones, for `extra`)."""
     own, nested = split_fields(fields.items())
     prefix = LEVEL_PREFIX.get(level, "")
     named = {f"{prefix}{key}": key for key in own}
@@ -177,15 +173,8 @@ class _Episode(msgspec.Struct):
 
 
 #: the step fields read (the others are kept under their names)
-STEP_KEYS = {
-    *_Step.__struct_fields__,
-    "observation",
-    "action",
-    "thought",
-    "mc_return",
-    "weight_version",
-    "model_output",
-}
+TEXT_KEYS, NUMBER_KEYS = ("thought", "model_response"), ("mc_return", "weight_version")  # kept when given
+STEP_KEYS = {*_Step.__struct_fields__, *TEXT_KEYS, *NUMBER_KEYS, "observation", "action", "model_output"}
 
 
 def _ints(value: list[Any] | None) -> list[int] | None:
@@ -218,8 +207,8 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
         "observation": _text(step.get("observation")),
         "parsed_action": _text(step.get("action")),
     }
-    row.update((key, _text(step[key])) for key in ("thought", "model_response") if key in step)
-    row.update((key, step[key]) for key in ("mc_return", "weight_version") if step.get(key) is not None)
+    row.update((key, _text(step[key])) for key in TEXT_KEYS if key in step)
+    row.update((key, step[key]) for key in NUMBER_KEYS if step.get(key) is not None)
     extra: dict[str, Any] = {}
     others = {key: value for key, value in step.items() if key not in STEP_KEYS}
     advantage = declared_step.advantage
@@ -228,10 +217,8 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
     elif advantage is not None:  # gaca's column: kept as source_advantage, with the other fields below
         others["advantage"] = advantage
     prompt_ids, response_ids = _ints(declared_step.prompt_ids), _ints(declared_step.response_ids)
-    for key, column, ids in (
-        ("prompt_ids", "prompt_token_ids", prompt_ids),
-        ("response_ids", "action_token_ids", response_ids),
-    ):
+    token_columns = {"prompt_ids": ("prompt_token_ids", prompt_ids), "response_ids": ("action_token_ids", response_ids)}
+    for key, (column, ids) in token_columns.items():
         if ids is not None:
             row[column] = ids
         elif step.get(key):  # other than token ids (tinker's image blocks): kept as written

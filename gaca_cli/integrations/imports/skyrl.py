@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import msgspec
 
 from gaca_cli.integrations.imports.base import (
     SCHEMA_COLUMNS,
+    File,
     FormatInfo,
     ImportOptions,
     SourceError,
@@ -103,7 +103,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             if kind == "eval dump":
                 yield locate(_eval_row(path, where, line, record), path, where)
             else:
-                yield from located(_generator_rows(path, where, line, record, open_steps, ended), path, where)
+                yield from located(_generator_rows(path, line, record, open_steps, ended), path, where)
         for _, line, name in open_steps.values():
             # SkyRL writes every turn of a trajectory in one batch: rows out of order (or a file
             # cut short) would otherwise split it silently
@@ -138,11 +138,8 @@ class _GeneratorRow(msgspec.Struct):
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
-        for name, values in (
-            ("loss_masks", self.loss_masks),
-            ("rewards", self.rewards),
-            ("rollout_logprobs", self.rollout_logprobs),
-        ):
+        for name in ("loss_masks", "rewards", "rollout_logprobs"):
+            values = getattr(self, name)
             if isinstance(values, list) and len(values) != n:
                 raise broken(name, f"has {len(values)} values for {n} response_ids")
 
@@ -151,10 +148,8 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
     line_ = declared(_EvalLine, record, path, where)
     prompt, response = line_.input_prompt, line_.output_response
     score = float(sum(line_.score)) if isinstance(line_.score, list) else line_.score
-    row: dict[str, Any] = {
-        "group_id": f"{path}:{hashlib.sha1(prompt.encode('utf-8')).hexdigest()[:16]}",
-        "traj_id": f"{path}:{line}",
-    }
+    group = hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:16]
+    row: dict[str, Any] = {"group_id": f"{path}:{group}", "traj_id": f"{path}:{line}"}
     row.update(step_idx=0, reward=score, done=True, prompt=prompt, action=response)
     # a field named like a column: source_<name>
     own, extra = rest(((k, v) for k, v in record.items() if k not in _EVAL_FIELDS), path, where, SCHEMA_COLUMNS)
@@ -164,13 +159,9 @@ def _eval_row(path: Path, where: str, line: int, record: Mapping[str, Any]) -> d
 
 
 def _generator_rows(
-    path: Path,
-    where: str,
-    line: int,
-    record: Mapping[str, Any],
-    open_steps: dict[str, tuple[int, int, str]],
-    ended: dict[str, int],
+    path: Path, line: int, record: Mapping[str, Any], open_steps: dict[str, tuple[int, int, str]], ended: dict[str, int]
 ) -> Iterator[dict]:
+    where = f"line {line}"
     generated = declared(_GeneratorRow, record, path, where)
     response_ids, rewards, traj = generated.response_ids, generated.rewards, generated.trajectory_ids
     step = record.get("global_step")
@@ -217,10 +208,7 @@ def _generator_rows(
 
 
 def write_generator_output(
-    path: str | os.PathLike,
-    generator_output: Mapping[str, Any],
-    uids: Sequence[str] | None = None,
-    global_step: int | None = None,
+    path: File, generator_output: Mapping[str, Any], uids: Sequence[str] | None = None, global_step: int | None = None
 ) -> int:
     """Append a SkyRL `GeneratorOutput` to the JSONL file `path`, one line per row, for
     `gaca import --from skyrl`. Returns the number of lines written.
@@ -245,10 +233,7 @@ def write_generator_output(
             line: dict[str, Any] = {"global_step": global_step}
             if uids is not None:
                 line["uid"] = uids[i]
-            for key in _ROW_FIELDS:
-                values = generator_output.get(key)
-                if values is not None:
-                    line[key] = values[i]
+            line.update((key, values[i]) for key in _ROW_FIELDS if (values := generator_output.get(key)) is not None)
             if trajectory_ids is not None:
                 tid = trajectory_ids[i]
                 line["trajectory_ids"] = {"instance_id": tid.instance_id, "repetition_id": tid.repetition_id}

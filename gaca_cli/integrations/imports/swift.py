@@ -171,13 +171,8 @@ def _table(
 def _ray_row(record: Mapping[str, Any], path: Path, line: int, where: str) -> dict[str, Any]:
     ray = declared(_RayLine, record, path, where)
     step = _training_step(ray.gen_step, path, where, "gen_step")
-    row = _row(
-        ray.prompt,
-        ray.completion,
-        ray.reward,
-        step,
-        (f"{path}:step {step}:{_prompt_key(ray.prompt)}", f"{path}:{line}"),
-    )
+    ids = (f"{path}:step {step}:{_prompt_key(ray.prompt)}", f"{path}:{line}")
+    row = _row(ray.prompt, ray.completion, ray.reward, step, ids)
     items = ((key, value) for key, value in record.items() if key not in _RayLine.__struct_fields__)
     own, extra = rest(items, path, where, WRITTEN, (REWARD_PREFIX,))
     return with_extra({**row, **own}, extra)

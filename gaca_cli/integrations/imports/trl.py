@@ -111,13 +111,8 @@ def _reward(
         per_function[name] = None if value is None or math.isnan(value) else number(value, path, where, name)
     scores = [(w, v) for w, v in zip(weights, per_function.values(), strict=True) if v is not None]
     if not scores:
-        raise SourceError(
-            path,
-            where,
-            None,
-            f"every reward function returned None ({', '.join(columns)} all empty): TRL gave this completion "
-            "no reward and no learning signal",
-        )
+        rule = f"every reward function returned None ({', '.join(columns)} all empty): TRL gave this completion "
+        raise SourceError(path, where, None, rule + "no reward and no learning signal")
     return sum(w * v for w, v in scores), per_function
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -203,9 +203,7 @@ _NODE_MAPPED = frozenset({"parent", "message", "sampled", "token_ids", "mask", "
 _CALL_COLUMNS = ("model", "endpoint", "finish_reason")
 
 
-def _spread(
-    record: Mapping[str, Any], prefix: str, columns: dict[str, Any], extra: dict[str, Any], skip: frozenset[str]
-) -> None:
+def _spread(record: Mapping[str, Any], prefix: str, columns: dict, extra: dict, skip: Container[str] = ()) -> None:
     """Scalar fields of `record` to `columns[prefix + key]`, nested non-empty ones to `extra`."""
     for key, value in record.items():
         if key in skip:
@@ -275,7 +273,7 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
 
     columns: dict[str, Any] = {}
     extra: dict[str, Any] = {}  # the episode's nested fields, on the last row of its last trace
-    _spread(task, "task_", columns, extra, frozenset({"data"}))
+    _spread(task, "task_", columns, extra, ("data",))
     # task.data's fields beside task_type/key/hash; one named like them goes to extra as it is
     clashes = frozenset(k for k in data if f"task_{k}" in columns)
     _spread(data, "task_", columns, extra, clashes)
@@ -283,19 +281,16 @@ def _episode_rows(path: Path, line: int, episode: Mapping[str, Any]) -> Iterator
         extra["task_data"] = {k: data[k] for k in clashes}
     for key, prefix in (("env", "env_"), ("run", "run_"), ("group", "episode_group_")):
         if episode.get(key) is not None:
-            _spread(episode[key], prefix, columns, extra, frozenset())
+            _spread(episode[key], prefix, columns, extra)
     skip = frozenset({"task", "traces", "env", "run", "group"})
-    _spread({k: v for k, v in episode.items() if k not in skip}, "episode_", columns, extra, frozenset())
+    _spread({k: v for k, v in episode.items() if k not in skip}, "episode_", columns, extra)
     group = columns.get("episode_group_id") or task.get("key") or task.get("hash") or json.dumps(data, sort_keys=True)
 
     if not traces:  # the task failed before any agent ran: one empty step keeps the episode
         row = {**columns, "group_id": f"{path}:{group}", "traj_id": f"{path}:{line}", "step_idx": 0}
         yield with_extra(row | {"messages": [], "action": "", "reward": 0.0, "done": False}, extra)
     for t, trace in enumerate(traces):
-        last_extra = extra if t == len(traces) - 1 else {}
-        yield from _trace_rows(
-            path, where, f"traces[{t}]", f"{path}:{line}:{t}", str(group), trace, task, columns, last_extra
-        )
+        yield from _trace_rows(path, line, t, str(group), trace, task, columns, extra if t == len(traces) - 1 else {})
 
 
 def _rewards(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -315,28 +310,21 @@ def _rewards(path: Path, where: str, field: str, trace: Mapping[str, Any]) -> tu
 
 
 def _trace_rows(
-    path: Path,
-    where: str,
-    field: str,
-    traj_id: str,
-    group: str,
-    trace: Mapping[str, Any],
-    task: Mapping[str, Any],
-    episode_columns: dict[str, Any],
-    episode_extra: dict[str, Any],
+    path: Path, line: int, t: int, group: str, trace: Mapping[str, Any], task: Any, columns: dict, extra: dict
 ) -> Iterator[dict]:
-    """One row per sampled node of one trace; the context of a row is its node's graph path."""
+    """One row per sampled node of trace `t` of line `line`; a row's context is its node's graph path."""
+    where, field, traj_id = f"line {line}", f"traces[{t}]", f"{path}:{line}:{t}"
     nodes = trace.get("nodes", [])
     reward, reward_columns = _rewards(path, where, field, trace)
     agent, calls = trace.get("agent", {}), trace.get("calls", [])
 
-    common: dict[str, Any] = {**episode_columns, "episode_reward": reward, **reward_columns}
+    common: dict[str, Any] = {**columns, "episode_reward": reward, **reward_columns}
     trace_extra: dict[str, Any] = {}
     skip = frozenset({"nodes", "calls", "rewards", "metrics", "agent", "verifiers", "task", "id", "version"})
-    _spread({k: v for k, v in trace.items() if k not in skip}, "", common, trace_extra, frozenset())
+    _spread({k: v for k, v in trace.items() if k not in skip}, "", common, trace_extra)
     common["trace_id"], common["trace_version"] = trace.get("id"), trace.get("version")
-    _spread(trace.get("verifiers", {}), "verifiers_", common, trace_extra, frozenset())
-    _spread(agent, "agent_", common, trace_extra, frozenset())
+    _spread(trace.get("verifiers", {}), "verifiers_", common, trace_extra)
+    _spread(agent, "agent_", common, trace_extra)
     if trace.get("task", task) != task:
         trace_extra["trace_task"] = trace["task"]
     group_id = f"{path}:{group}:{common.get('agent_name', 'agent')}"
@@ -361,7 +349,7 @@ def _trace_rows(
         context = plain_chat(nodes[n]["message"] for n in chain)
         steps.append({"messages": context, "action": "", "extra": {"input_nodes": [nodes[n] for n in chain]}})
 
-    last_extra = {**trace_extra, **episode_extra}
+    last_extra = {**trace_extra, **extra}
     if loose_calls:
         last_extra["calls_without_node"] = loose_calls
     if unsampled := {str(n): nodes[n] for n in range(len(nodes)) if n not in on_path}:

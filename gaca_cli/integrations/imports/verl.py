@@ -113,10 +113,8 @@ class _AgentLoop(msgspec.Struct):
 def _kept(
     record: Mapping[str, Any], consumed: frozenset[str], path: Path, where: str, drop_null: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The record's other fields: (scalar ones, as their own columns; nested ones, for `extra`
-    under their names). A scalar field named like a column this format writes is kept as
-    source_<name>; a record that also has a field source_<name> is a SourceError naming it
-    (`keep_columns`). `drop_null`: scalar nulls left out first (AgentLoopOutput's unset fields)."""
+    """The record's fields not in `consumed`, as `rest` splits them against this format's columns;
+    `drop_null`: null fields left out first (AgentLoopOutput's unset fields)."""
     items = ((k, v) for k, v in record.items() if k not in consumed and not (drop_null and v is None))
     return rest(items, path, where, WRITTEN)
 
@@ -169,9 +167,8 @@ def _read_dump(path: Path, label: str, lines: Lines) -> Iterator[dict]:
 
     for line, where, record in lines:
         if RESPONSE_MASK in record:
-            raise SourceError(
-                path, where, None, "an agent-loop record in a rollout dump file: keep them in files apart"
-            )
+            rule = "an agent-loop record in a rollout dump file: keep them in files apart"
+            raise SourceError(path, where, None, rule)
         row = locate(_dump_row(record, path, where, label, line), path, where)
         session = _session(record.get(UID))
         if session is None:
@@ -225,9 +222,7 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
         elif not values:
             del extra_fields[key]
 
-    own, nested = _kept(
-        record, frozenset(_AgentLoop.__struct_fields__), path, where, drop_null=True
-    )  # AgentLoopOutput's unset fields
+    own, nested = _kept(record, frozenset(_AgentLoop.__struct_fields__), path, where, drop_null=True)
     if extra_fields:
         nested[EXTRA_FIELDS] = extra_fields
     last, outcome = len(runs) - 1, float(loop.reward_score if loop.reward_score is not None else loop.score or 0.0)
@@ -245,9 +240,8 @@ def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: s
 def _read_trajectories(path: Path, label: str, lines: Lines) -> Iterator[dict]:
     for line, where, record in lines:
         if RESPONSE_MASK not in record:
-            raise SourceError(
-                path, where, RESPONSE_MASK, "missing: a rollout dump record in an agent-loop file: keep them apart"
-            )
+            rule = "missing: a rollout dump record in an agent-loop file: keep them apart"
+            raise SourceError(path, where, RESPONSE_MASK, rule)
         yield from located(_read_trajectory(record, path, where, label, line), path, where)
 
 
