@@ -11,9 +11,7 @@ from gaca_cli.config import ConfigError, check_choices
 
 EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
 
-
 Z_STD_FLOOR = 1e-8  # z_t = 0 where the scope's population std is below this
-
 
 Method = typing.Literal["grpo", "gigpo", "gaca", "hgpo"]
 METHODS: tuple[Method, ...] = typing.get_args(Method)  # the keys of estimators.ESTIMATORS (a test checks it)

@@ -18,12 +18,9 @@ from gaca_cli.lm.train_config import TrainConfig
 
 METRICS_FILE = "metrics.jsonl"
 
-
 CHECKPOINTS_DIR = "checkpoints"
 
-
 RUN_FILE = "gaca-train.json"  # written last: its presence means the run finished
-
 
 STATE_FILE = "trainer_state.json"  # inside a checkpoint, written last: marks it complete
 

@@ -24,7 +24,6 @@ from gaca_cli.log import columns as C
 
 WORK_DIR_SUFFIX = ".parts"
 
-
 _MANIFEST = "manifest.json"
 
 
@@ -32,9 +31,7 @@ _MANIFEST = "manifest.json"
 #: stop at their next chunk instead of scoring the rest of their share first
 STOPPED = "stopped-rank{rank:05d}"
 
-
 STOPPED_ANY = "stopped-rank*"
-
 
 _CHUNK_META = "gaca.score.chunk"
 

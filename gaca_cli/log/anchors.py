@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 U = TypeVar("U")
 
-
 HASH_SEED = 0  # polars' hashes are stable within one process (and one polars version)
 #: text read per batch by `StreamedAnchors` (estimated in memory, as polars string views)
 BATCH_BYTES = 128 * 2**20
