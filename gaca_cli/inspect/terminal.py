@@ -673,7 +673,6 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
 
 RENDERERS = {"overview": overview, "steps": steps, "top": top, "compare": compare}
 
-
 #: control characters (C0 but tab and newline, DEL, C1) as the escapes Python writes for them,
 #: so that text from a log (an action holding ESC [2J, an OSC title) never drives the terminal
 _CONTROLS = {c: ascii(chr(c))[1:-1] for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\t\n"}
