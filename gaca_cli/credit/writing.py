@@ -26,10 +26,7 @@ from gaca_cli.credit.run import AdvantagesRun, _check_no_clash, annotated_table
 from gaca_cli.errors import GacaError
 from gaca_cli.files import atomic_path
 from gaca_cli.log import columns as C
-from gaca_cli.log.reading import (
-    read_key_value_metadata,
-    read_log,
-)
+from gaca_cli.log.reading import read_key_value_metadata, read_log
 from gaca_cli.log.writing import (
     check_copied_columns,
     check_null_statistics,

@@ -479,8 +479,7 @@ def config_for(a: AnnotatedLog, method: str) -> AdvantagesConfig:
         return AdvantagesConfig(**params)
     except (TypeError, ValueError) as exc:
         raise GacaError(
-            f"cannot recompute --method {method} with the file's parameters ({exc})",
-            file=a.log.source,
+            f"cannot recompute --method {method} with the file's parameters ({exc})", file=a.log.source
         ) from None
 
 

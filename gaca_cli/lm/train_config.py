@@ -33,8 +33,7 @@ class TrainConfig:
     # objective
     loss: Loss = field(default="ppo", metadata={"help": "The loss per action token."})
     aggregation: Literal["token-mean", "seq-mean"] = field(
-        default="token-mean",
-        metadata={"help": "Mean over the step's tokens, or per sequence then over sequences."},
+        default="token-mean", metadata={"help": "Mean over the step's tokens, or per sequence then over sequences."}
     )
     clip_low: float = field(
         default=0.2, metadata={"only": ("loss", ("ppo",)), "help": "ppo: ε_low, ratio clipped below at 1 − ε_low."}

@@ -252,10 +252,7 @@ class _Trainer:
         )
         self.fingerprint = self.data.fingerprint()
         self.model_fingerprint = model_fingerprint(model_id, config.revision)
-        self.pad_id = next(
-            (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None),
-            0,
-        )
+        self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         self.total = total_steps(len(self.data), config)
         self.warmup = warmup_steps(self.total, config)
         self.plan = BatchPlan(len(self.data), config.batch_size, config.seed)
