@@ -527,10 +527,7 @@ def run_score(
     t0 = time.perf_counter()
     index, warnings = prepare_log(log, "score")
     work_dir = work_dir_for(out)
-    if loaded is None:
-        planned_dtype = resolve_dtype(config.dtype, resolve_device(config.device))
-    else:
-        planned_dtype = loaded[3]
+    planned_dtype = resolve_dtype(config.dtype, resolve_device(config.device)) if loaded is None else loaded[3]
     run_fingerprint = fingerprint(log, index, config, world, dtype_name(planned_dtype))
     if rank == 0:
         check_work_dir(work_dir, run_fingerprint, config.resume)  # before the (slow) model load
