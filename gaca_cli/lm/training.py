@@ -239,9 +239,7 @@ class _Trainer:
             model_id,
             revision=config.revision,
             dtype="fp32",
-            device=self.accelerator.device.type
-            if self.accelerator.device.type == "cpu"
-            else str(self.accelerator.device),
+            device=str(self.accelerator.device),
             trust_remote_code=config.trust_remote_code,
         )
         self.device = device
