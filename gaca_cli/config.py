@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import typing
 from dataclasses import fields
+from typing import NoReturn
 
 
 class ConfigError(ValueError):
@@ -17,6 +18,12 @@ class ConfigError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(message)
+
+
+def invalid(config: object, name: str, use: str) -> NoReturn:
+    """Raise the ConfigError of the field `name` of `config`: its value is not valid, `use`
+    says what to give instead."""
+    raise ConfigError(name, f"{name} = {getattr(config, name)!r} is not valid; use {use}")
 
 
 def choices_of(hint: object) -> tuple:

@@ -142,10 +142,8 @@ def _process_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    except OSError:
-        return True
+    except OSError:  # PermissionError: it exists, owned by someone else
+        pass
     return True
 
 

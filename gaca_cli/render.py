@@ -19,14 +19,15 @@ _WARNING_TEXT = {
 }
 
 
-def _warnings_table(warnings: dict[str, int]) -> Table | None:
+def _warnings_table(warnings: dict[str, int]) -> list[Table]:
+    """The warnings that occurred as a table, in a list ([] when none did)."""
     shown = {k: v for k, v in warnings.items() if v}
     if not shown:
-        return None
+        return []
     table = Table(title="warnings", show_header=False, box=None, title_justify="left")
     for key, count in shown.items():
         table.add_row(Text(f"{count:,}", style="yellow"), _WARNING_TEXT.get(key, key))
-    return table
+    return [table]
 
 
 def validation_report(report: dict) -> Group:
@@ -43,9 +44,7 @@ def validation_report(report: dict) -> Group:
                 if more > 0:
                     line += f" and {more:,} more"
             parts.append(Text(line))
-    table = _warnings_table(report.get("warnings", {}))
-    if table is not None:
-        parts.append(table)
+    parts += _warnings_table(report.get("warnings", {}))
     return Group(*parts)
 
 
@@ -85,11 +84,7 @@ def advantages_summary(summary: dict) -> Group:
     diag = summary.get("diagnostics", {})
     if diag:
         table.add_row("diagnostics", "  ".join(f"{k}: {v:,}" for k, v in diag.items()))
-    parts: list = [table]
-    warn = _warnings_table(summary.get("warnings", {}))
-    if warn is not None:
-        parts.append(warn)
-    return Group(*parts)
+    return Group(table, *_warnings_table(summary.get("warnings", {})))
 
 
 def score_summary(s: dict) -> Text:
@@ -167,13 +162,12 @@ def demo_report(summary: dict) -> Group:
     from gaca_cli.demo.run import Z_975, wilson_interval
 
     success, quality, n = summary["success"], summary["quality"], summary["rollouts"]
-    parts: list = []
-    parts.append(
+    parts: list = [
         Text(
             f"TextWorld success rate per iteration (0 = the start model), of {n} rollouts each [95 % Wilson interval]",
             style="italic",
         )
-    )
+    ]
     loop = Table(box=None)
     loop.add_column("method", style="bold")
     k = max((len(v) for v in success.values()), default=0)
@@ -251,9 +245,7 @@ def import_summary(s: dict) -> Group:
     parts: list = [table]
     for note in s["missing"]:
         parts.append(Text(f"missing: {note}", style="yellow"))
-    warn = _warnings_table(s.get("warnings", {}))
-    if warn is not None:
-        parts.append(warn)
+    parts += _warnings_table(s.get("warnings", {}))
     return Group(*parts)
 
 

@@ -23,7 +23,6 @@ from gaca_cli.cli import cmd_demo as _cmd_demo  # noqa: F401
 
 __all__ = ["app", "main"]
 
-
 #: the exit status of an unexpected exception (a bug in gaca, not bad data): 0 success,
 #: 1 a data or model error (one `Error:` line), 2 a usage error, 3 a bug (with its traceback)
 BUG_EXIT_STATUS = 3

@@ -7,15 +7,7 @@ from pathlib import Path
 import typer
 
 from gaca_cli.cli.app import app
-from gaca_cli.cli.common import (
-    JsonOption,
-    MapOption,
-    column_map,
-    err_console,
-    output_path,
-    show_summary,
-    user_errors,
-)
+from gaca_cli.cli.common import JsonOption, MapOption, column_map, err_console, output_path, show_summary, user_errors
 from gaca_cli.cli.options import ConfigOptions, config_options
 from gaca_cli.interrupts import is_interruption, report_interruption
 from gaca_cli.lm.score_config import ScoreConfig

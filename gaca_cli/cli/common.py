@@ -72,8 +72,7 @@ def output_path(inputs: Sequence[Path], output: Path | None, suffix: str, also_r
     clash = same_or_inside(output, inputs)
     if clash is not None:
         raise typer.BadParameter(
-            f"{output} would overwrite or fall inside the input {clash}; choose another -o",
-            param_hint="'-o'",
+            f"{output} would overwrite or fall inside the input {clash}; choose another -o", param_hint="'-o'"
         )
     clash = same_or_inside(output, also_read)
     if clash is not None:

@@ -7,13 +7,12 @@ import math
 import typing
 from dataclasses import asdict, dataclass, field
 
-from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.config import ConfigError as ConfigError  # bench/harness imports it from here
+from gaca_cli.config import check_choices, invalid
 
 EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
 
-
 Z_STD_FLOOR = 1e-8  # z_t = 0 where the scope's population std is below this
-
 
 Method = typing.Literal["grpo", "gigpo", "gaca", "hgpo"]
 METHODS: tuple[Method, ...] = typing.get_args(Method)  # the keys of estimators.ESTIMATORS (a test checks it)
@@ -114,38 +113,33 @@ class AdvantagesConfig:
     )
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: object, use: str) -> None:
-            raise ConfigError(name, f"{name} = {value!r} is not valid; use {use}")
-
         check_choices(self)
         if not (math.isfinite(self.gamma) and 0.0 <= self.gamma <= 1.0):
-            bad("gamma", self.gamma, "a discount in [0, 1], e.g. 0.95")
+            invalid(self, "gamma", "a discount in [0, 1], e.g. 0.95")
         if not (math.isfinite(self.step_weight) and self.step_weight >= 0.0):
-            bad(
+            invalid(
+                self,
                 "step_weight",
-                self.step_weight,
                 "a finite weight ≥ 0 (0 leaves the episode signal alone: grpo's, under the same --norm)",
             )
         if self.anchor_similarity is not None and not (0.0 < self.anchor_similarity < 1.0):
-            bad(
-                "anchor_similarity",
-                self.anchor_similarity,
-                "a threshold strictly between 0 and 1, or leave it unset for exact anchors",
+            invalid(
+                self, "anchor_similarity", "a threshold strictly between 0 and 1, or leave it unset for exact anchors"
             )
         if not (math.isfinite(self.epsilon) and self.epsilon >= 0.0):
-            bad("epsilon", self.epsilon, "a finite value ≥ 0, e.g. 1e-06")
+            invalid(self, "epsilon", "a finite value ≥ 0, e.g. 1e-06")
         if isinstance(self.history_length, bool) or not (
             isinstance(self.history_length, int) and self.history_length >= 0
         ):
-            bad("history_length", self.history_length, "a whole number of past steps ≥ 0, e.g. 2")
+            invalid(self, "history_length", "a whole number of past steps ≥ 0, e.g. 2")
         if not (abs(self.length_weight_alpha) * math.log(self.history_length + 2) < 700):  # (K+2)^α in float64
-            bad(
+            invalid(
+                self,
                 "length_weight_alpha",
-                self.length_weight_alpha,
                 f"an exponent with (K+2)^α finite and > 0 (K = {self.history_length}), e.g. 1",
             )
         if not (math.isfinite(self.beta) and self.beta >= 0.0):
-            bad("beta", self.beta, "a finite value ≥ 0 (0 reproduces gigpo)")
+            invalid(self, "beta", "a finite value ≥ 0 (0 reproduces gigpo)")
         given = f"(lambda_min {self.lambda_min:g} and lambda_max {self.lambda_max:g} given)"
         if not (0.0 <= self.lambda_min <= self.lambda_max <= 1.0):
             # the option to change: the one out of [0, 1], else the one moved from its default
@@ -155,12 +149,12 @@ class AdvantagesConfig:
                 name = "lambda_max"
             else:
                 name = "lambda_max" if self.lambda_max != 1.0 else "lambda_min"
-            bad(name, getattr(self, name), f"0 ≤ lambda_min ≤ lambda_max ≤ 1 {given}")
+            invalid(self, name, f"0 ≤ lambda_min ≤ lambda_max ≤ 1 {given}")
         if self.method == "gaca" and not (self.lambda_min <= self.lambda_bar <= self.lambda_max):
             name = "lambda_max" if self.lambda_bar > self.lambda_max else "lambda_min"
-            bad(
+            invalid(
+                self,
                 name,
-                getattr(self, name),
                 f"bounds around λ̄ = ω/(1+ω) = {self.lambda_bar:.4g}, the weight of steps without a step signal {given}",
             )
 

@@ -1,25 +1,16 @@
 """Writing the annotated log of `gaca advantages`: every input column plus the method's, atomically.
 
-Two paths write the same content (what pyarrow, polars and duckdb read back is compared in
-tests/log/test_writers.py, on files from each of them):
-
-- spliced: for plain Parquet files, the input's compressed column chunks are copied byte for
-  byte and only the method's columns are encoded (the private gaca_cli.log._splice; 10-17x
-  faster than the rewrite on 1M-10M rows, with up to 2.7x less memory: bench/write.py);
-- rewritten: the whole log read and written again by pyarrow, for directories (hive
-  partitions), for inputs the splice refuses, and whenever `GACA_NO_SPLICE=1` is set.
+Two paths write the same content (tests/log/test_writers.py compares what pyarrow, polars and
+duckdb read back): spliced, for plain Parquet files (the private gaca_cli.log._splice copies
+the input's compressed column chunks and encodes only the method's columns), or rewritten by
+pyarrow, for directories, for inputs the splice refuses (a SpliceFallbackWarning gives the
+reason) and whenever `GACA_NO_SPLICE=1` is set. docs/performance.md has the measurements.
 
 The splice never decodes what it copies, so the copied columns that the command did not read
-(prompts, observations) are read back from the new file, page checksums verified, before it
-is renamed into place (`check_copied_columns`): a damaged input page is one GacaError naming
-the file and column, never an output no reader can open. It costs a decode of those columns
-only: 0.13 s of the splice's 0.32 s for 1M rows of a 200-character text column
-(bench/write.py --carried-text; the rewrite takes 1.9 s).
-
-A refused splice is never silent: `write_annotated` warns (SpliceFallbackWarning, with the
-reason) before it rewrites. Either way the output keeps every key/value metadata entry of the
-(first) input file, such as pandas' index description, with gaca's own entries added, and the
-carried columns keep the Arrow types the input stored.
+are read back from the new file, page checksums verified, before it is renamed into place
+(`check_copied_columns`): a damaged input page is one GacaError naming the file and column,
+never an output no reader can open. Either way the output keeps every key/value metadata entry
+of the (first) input file, with gaca's own entries added, and the Arrow types the input stored.
 """
 
 from __future__ import annotations
@@ -35,10 +26,7 @@ from gaca_cli.credit.run import AdvantagesRun, _check_no_clash, annotated_table
 from gaca_cli.errors import GacaError
 from gaca_cli.files import atomic_path
 from gaca_cli.log import columns as C
-from gaca_cli.log.reading import (
-    read_key_value_metadata,
-    read_log,
-)
+from gaca_cli.log.reading import read_key_value_metadata, read_log
 from gaca_cli.log.writing import (
     check_copied_columns,
     check_null_statistics,

@@ -41,7 +41,7 @@ from gaca_cli.log.anchors import anchor_column
 from gaca_cli.log.checks import CheckOptions, prepare_log
 from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.reading import READ_ERRORS, Log, expand_inputs, open_parquet, read_log
+from gaca_cli.log.reading import READ_ERRORS, Log, expand_inputs, not_readable, open_parquet, read_log
 from gaca_cli.log.writing import check_unread_columns
 
 CRITICAL_Z = 1.0  # z_t at or above this marks a critical step
@@ -397,10 +397,7 @@ def read_rows(log: Log, name: str, rows: np.ndarray) -> list:
                 if len(chunk) != int(sizes[groups].sum()):  # a damaged page header can make a read short
                     raise pa.ArrowInvalid(f"read {len(chunk)} rows of {int(sizes[groups].sum())}")
         except READ_ERRORS as exc:
-            first = str(exc).strip().splitlines()
-            raise GacaError(
-                f"not a readable Parquet file ({first[0] if first else type(exc).__name__})", file=path, column=column
-            ) from None
+            raise not_readable(path, exc, column) from None
         for i, value in zip(
             at.tolist(), contiguous_decoded(chunk).take(_arrow_indices(place)).to_pylist(), strict=True
         ):
@@ -482,8 +479,7 @@ def config_for(a: AnnotatedLog, method: str) -> AdvantagesConfig:
         return AdvantagesConfig(**params)
     except (TypeError, ValueError) as exc:
         raise GacaError(
-            f"cannot recompute --method {method} with the file's parameters ({exc})",
-            file=a.log.source,
+            f"cannot recompute --method {method} with the file's parameters ({exc})", file=a.log.source
         ) from None
 
 

@@ -540,14 +540,18 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
     return Group(*parts)
 
 
-def top(view: dict, *, wide: bool = False) -> RenderableType:
-    sel = view["selection"]
-    where = ""
+def _where(sel: dict, preposition: str) -> str:
+    """ " of trajectory T" / " of group G" (with `preposition`), or "" for the whole log."""
     if sel["traj"] is not None:
-        where = f" of trajectory {sel['traj']}"
-    elif sel["group"] is not None:
-        where = f" of group {sel['group']}"
+        return f" {preposition} trajectory {sel['traj']}"
+    if sel["group"] is not None:
+        return f" {preposition} group {sel['group']}"
+    return ""
+
+
+def top(view: dict, *, wide: bool = False) -> RenderableType:
     order = "lowest" if view["lowest"] else "highest"
+    where = _where(view["selection"], "of")
     what = f"{len(view['rows'])} {order} steps by {_BY_TITLE[view['by']]}{where} (of {view['candidates']:,})"
     parts = _preamble(view, what)
     cols = _columns(
@@ -604,12 +608,7 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
     methods = view["methods"]
     base = view["baseline"]
     sel = view["selection"]
-    where = ""
-    if sel["traj"] is not None:
-        where = f" on trajectory {sel['traj']}"
-    elif sel["group"] is not None:
-        where = f" on group {sel['group']}"
-    parts = _preamble(view, f"compare {', '.join(methods)}{where}")
+    parts = _preamble(view, f"compare {', '.join(methods)}{_where(sel, 'on')}")
     used = Text(style="dim")
     used.append(
         "recomputed from this log with the file's parameters: "
@@ -673,7 +672,6 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
 
 
 RENDERERS = {"overview": overview, "steps": steps, "top": top, "compare": compare}
-
 
 #: control characters (C0 but tab and newline, DEL, C1) as the escapes Python writes for them,
 #: so that text from a log (an action holding ESC [2J, an OSC title) never drives the terminal

@@ -27,7 +27,6 @@ from gaca_cli.log.schema import COMMAND_NEEDS
 
 N_BINS = 24  # bins of every histogram
 
-
 SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
 
 

@@ -18,20 +18,15 @@ from gaca_cli.lm.train_config import TrainConfig
 
 METRICS_FILE = "metrics.jsonl"
 
-
 CHECKPOINTS_DIR = "checkpoints"
-
 
 RUN_FILE = "gaca-train.json"  # written last: its presence means the run finished
 
-
 STATE_FILE = "trainer_state.json"  # inside a checkpoint, written last: marks it complete
-
 
 #: in CHECKPOINTS_DIR: what a run started with (options, data and model fingerprints), so that
 #: --resume refuses other ones even before the first checkpoint
 START_FILE = "started.json"
-
 
 #: fields that may change between an interrupted run and its `--resume`
 _RESUME_MAY_CHANGE = ("save_every", "keep_checkpoints")

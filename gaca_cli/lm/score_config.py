@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.config import check_choices, invalid
 
 ContextSource = Literal["auto", "tokens", "prompt", "messages"]
 
@@ -64,22 +64,19 @@ class ScoreConfig:
     def __post_init__(self) -> None:
         from gaca_cli.lm.models import check_device_name
 
-        def bad(name: str, use: str) -> None:
-            raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use {use}")
-
         check_choices(self)
         if not self.model:
-            bad("model", "a local model directory or a hub id, e.g. --model ./my-model")
+            invalid(self, "model", "a local model directory or a hub id, e.g. --model ./my-model")
         try:
             check_device_name(self.device)
         except ValueError:
-            bad("device", "auto | cpu | cuda | cuda:N | mps")
+            invalid(self, "device", "auto | cpu | cuda | cuda:N | mps")
         if not (math.isfinite(self.temperature) and self.temperature > 0):
-            bad("temperature", "a finite T > 0 (1: the model as is)")
+            invalid(self, "temperature", "a finite T > 0 (1: the model as is)")
         if self.max_batch_tokens < 1:
-            bad("max_batch_tokens", "an integer ≥ 1, e.g. 16384")
+            invalid(self, "max_batch_tokens", "an integer ≥ 1, e.g. 16384")
         if self.chunk_rows < 1:
-            bad("chunk_rows", "an integer ≥ 1, e.g. 4096")
+            invalid(self, "chunk_rows", "an integer ≥ 1, e.g. 4096")
 
     def plan_fingerprint(self) -> dict:
         """The options that decide the numbers and the chunk layout (checked by --resume).

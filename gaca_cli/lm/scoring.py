@@ -8,21 +8,17 @@ p+1), z_p = W h_p its logits and T the temperature (`--temperature`, default 1):
     nll_sum  = −Σ_k log π(a_k | x_<m+k)          nats, float64 sum of the float32 terms
     nll_mean = nll_sum / n                       nats per token; null when n = 0 (nll_sum = 0)
 
-How it is made fast (the slow twin, one full-logits forward per step, lives in the tests):
-1. Trajectory packing: when step t's context + action is a prefix of step t+1's context (an
-   append-only history), steps t and t+1 are read from ONE forward over the longer sequence;
-   causal attention makes the logits at a position independent of what follows it. Each
-   trajectory is cut into maximal runs of such steps (one run = a packed trajectory; every
-   step alone when histories are rewritten).
+How it is made fast (README.md, docs/performance.md; the slow twin, one full-logits forward
+per step, lives in the tests):
+1. Trajectory packing: when step t's context + action is a prefix of step t+1's context,
+   both are read from ONE forward over the longer sequence (causal attention makes the logits
+   at a position independent of what follows it); every step alone when histories are rewritten.
 2. Identical sequences (same tokens, same action spans) are scored once per chunk.
 3. The vocabulary projection runs only at action positions, in float32 chunks of
-   `HEAD_CHUNK_BYTES`: never a [tokens × vocab] tensor for a whole batch. The model's own
-   forward is checked against this path once per run on a probe sequence; a model whose
-   logits are more than W·h (soft-capping, scaling) falls back to its own forward.
-4. Length-sorted batches under a padded-token budget (`--max-batch-tokens`), right-padded
-   with no attention mask (causal attention never looks right, so padding cannot change a
-   real position and SDPA keeps its causal fast path); on out-of-memory a batch is halved,
-   and a packed sequence that alone does not fit is scored step by step.
+   `HEAD_CHUNK_BYTES`; a model whose logits are more than W·h (soft-capping, scaling; checked
+   once per run on a probe) falls back to its own forward.
+4. Length-sorted, right-padded batches under `--max-batch-tokens`, with no attention mask
+   (causal attention never looks right); halved on out-of-memory.
 
 Scale: results go to chunk files in a work directory beside OUT (`OUT.parts/`); `--resume`
 skips finished chunks; OUT is written atomically once every chunk exists, then the work
@@ -531,10 +527,7 @@ def run_score(
     t0 = time.perf_counter()
     index, warnings = prepare_log(log, "score")
     work_dir = work_dir_for(out)
-    if loaded is None:
-        planned_dtype = resolve_dtype(config.dtype, resolve_device(config.device))
-    else:
-        planned_dtype = loaded[3]
+    planned_dtype = resolve_dtype(config.dtype, resolve_device(config.device)) if loaded is None else loaded[3]
     run_fingerprint = fingerprint(log, index, config, world, dtype_name(planned_dtype))
     if rank == 0:
         check_work_dir(work_dir, run_fingerprint, config.resume)  # before the (slow) model load

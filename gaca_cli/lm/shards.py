@@ -19,22 +19,19 @@ import numpy as np
 
 from gaca_cli import __version__
 from gaca_cli.errors import GacaError
+from gaca_cli.files import atomic_path
 from gaca_cli.lm.score_config import ScoreConfig
 from gaca_cli.log import columns as C
 
 WORK_DIR_SUFFIX = ".parts"
 
-
 _MANIFEST = "manifest.json"
-
 
 #: a rank that stops on an error leaves this file in the work directory, so that the others
 #: stop at their next chunk instead of scoring the rest of their share first
 STOPPED = "stopped-rank{rank:05d}"
 
-
 STOPPED_ANY = "stopped-rank*"
-
 
 _CHUNK_META = "gaca.score.chunk"
 
@@ -254,14 +251,8 @@ def write_chunk(
         values = np.concatenate(token_lps).astype(np.float32) if token_lps else np.zeros(0, np.float32)
         cols[C.TOKEN_LOGPROBS] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.float32()))
     table = pa.table(cols).replace_schema_metadata({_CHUNK_META: json.dumps(stats)})
-    tmp = path.with_name("." + path.name + ".tmp")
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if tmp.exists():
-            tmp.unlink()
-        raise
 
 
 @dataclass(frozen=True)

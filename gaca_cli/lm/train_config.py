@@ -13,7 +13,7 @@ import typing
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.config import check_choices, invalid
 from gaca_cli.lm.score_config import ContextSource
 
 if TYPE_CHECKING:
@@ -33,8 +33,7 @@ class TrainConfig:
     # objective
     loss: Loss = field(default="ppo", metadata={"help": "The loss per action token."})
     aggregation: Literal["token-mean", "seq-mean"] = field(
-        default="token-mean",
-        metadata={"help": "Mean over the step's tokens, or per sequence then over sequences."},
+        default="token-mean", metadata={"help": "Mean over the step's tokens, or per sequence then over sequences."}
     )
     clip_low: float = field(
         default=0.2, metadata={"only": ("loss", ("ppo",)), "help": "ppo: ε_low, ratio clipped below at 1 − ε_low."}
@@ -111,69 +110,66 @@ class TrainConfig:
     keep_checkpoints: int = field(default=2, metadata={"help": "Checkpoints kept in OUT_DIR/checkpoints."})
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: object, use: str) -> None:
-            raise ConfigError(name, f"{name} = {value!r} is not valid; use {use}")
-
         def finite(x: float | None) -> bool:
             return x is not None and math.isfinite(x)
 
         check_choices(self)
         if not self.model:
-            bad("model", self.model, "a local model directory or a hub id (--model)")
+            invalid(self, "model", "a local model directory or a hub id (--model)")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
-            bad(
+            invalid(
+                self,
                 "device",
-                self.device,
                 "auto | cpu | cuda | cuda:N (under accelerate launch / torchrun each process gets its GPU)",
             )
         if not (finite(self.lr) and self.lr > 0):
-            bad("lr", self.lr, "a peak learning rate > 0, e.g. 1e-5 (full fine-tuning) or 1e-4 (LoRA)")
+            invalid(self, "lr", "a peak learning rate > 0, e.g. 1e-5 (full fine-tuning) or 1e-4 (LoRA)")
         if not (finite(self.clip_low) and 0.0 <= self.clip_low < 1.0):
-            bad("clip_low", self.clip_low, "ε_low in [0, 1), e.g. 0.2")
+            invalid(self, "clip_low", "ε_low in [0, 1), e.g. 0.2")
         if not (finite(self.clip_high) and self.clip_high >= 0.0):
-            bad("clip_high", self.clip_high, "ε_high ≥ 0, e.g. 0.2 (0.28 in DAPO)")
+            invalid(self, "clip_high", "ε_high ≥ 0, e.g. 0.2 (0.28 in DAPO)")
         if self.is_cap is not None and not (finite(self.is_cap) and self.is_cap > 0):
-            bad("is_cap", self.is_cap, "a truncation level c > 0 for the importance weights, e.g. 2.0")
+            invalid(self, "is_cap", "a truncation level c > 0 for the importance weights, e.g. 2.0")
         if not (finite(self.awr_temperature) and self.awr_temperature > 0):
-            bad("awr_temperature", self.awr_temperature, "τ > 0, e.g. 1.0")
+            invalid(self, "awr_temperature", "τ > 0, e.g. 1.0")
         if not (finite(self.awr_max_weight) and self.awr_max_weight > 0):
-            bad("awr_max_weight", self.awr_max_weight, "a weight clip > 0, e.g. 20")
+            invalid(self, "awr_max_weight", "a weight clip > 0, e.g. 20")
         if not finite(self.bc_threshold):
-            bad("bc_threshold", self.bc_threshold, "a finite advantage threshold, e.g. 0")
+            invalid(self, "bc_threshold", "a finite advantage threshold, e.g. 0")
         if not (finite(self.kl_coef) and self.kl_coef >= 0):
-            bad("kl_coef", self.kl_coef, "a coefficient ≥ 0 (0 turns the KL penalty off)")
+            invalid(self, "kl_coef", "a coefficient ≥ 0 (0 turns the KL penalty off)")
         if not (finite(self.temperature) and self.temperature > 0):
-            bad("temperature", self.temperature, "the sampling temperature T > 0 (logits are divided by T)")
+            invalid(self, "temperature", "the sampling temperature T > 0 (logits are divided by T)")
         if not (finite(self.weight_decay) and self.weight_decay >= 0):
-            bad("weight_decay", self.weight_decay, "a value ≥ 0, e.g. 0.0 or 0.01")
+            invalid(self, "weight_decay", "a value ≥ 0, e.g. 0.0 or 0.01")
         if not (finite(self.warmup_ratio) and 0.0 <= self.warmup_ratio < 1.0):
-            bad("warmup_ratio", self.warmup_ratio, "a fraction of the steps in [0, 1), e.g. 0.05")
+            invalid(self, "warmup_ratio", "a fraction of the steps in [0, 1), e.g. 0.05")
         if not (finite(self.min_lr_ratio) and 0.0 <= self.min_lr_ratio <= 1.0):
-            bad("min_lr_ratio", self.min_lr_ratio, "a fraction of the peak lr in [0, 1] (1 = constant after warm-up)")
+            invalid(self, "min_lr_ratio", "a fraction of the peak lr in [0, 1] (1 = constant after warm-up)")
         if not (finite(self.max_grad_norm) and self.max_grad_norm >= 0):
-            bad("max_grad_norm", self.max_grad_norm, "a norm > 0, e.g. 1.0, or 0 for no clipping")
+            invalid(self, "max_grad_norm", "a norm > 0, e.g. 1.0, or 0 for no clipping")
         for name, low in (("batch_size", 1), ("max_batch_tokens", 2), ("epochs", 1), ("keep_checkpoints", 1)):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= low):
-                bad(name, value, f"an integer ≥ {low}")
+                invalid(self, name, f"an integer ≥ {low}")
         if not (isinstance(self.seed, int) and 0 <= self.seed < 2**32):
-            bad("seed", self.seed, "an integer in [0, 2**32)")
+            invalid(self, "seed", "an integer in [0, 2**32)")
         if self.max_steps is not None and not (isinstance(self.max_steps, int) and self.max_steps >= 1):
-            bad("max_steps", self.max_steps, "an integer ≥ 1, or leave it unset to train for --epochs")
+            invalid(self, "max_steps", "an integer ≥ 1, or leave it unset to train for --epochs")
         if self.max_length is not None and not (isinstance(self.max_length, int) and self.max_length >= 2):
-            bad("max_length", self.max_length, "an integer ≥ 2 (longer steps are skipped), or leave it unset")
+            invalid(self, "max_length", "an integer ≥ 2 (longer steps are skipped), or leave it unset")
         if not (isinstance(self.save_every, int) and self.save_every >= 0):
-            bad("save_every", self.save_every, "a number of optimiser steps ≥ 1, or 0 for no periodic checkpoint")
+            invalid(self, "save_every", "a number of optimiser steps ≥ 1, or 0 for no periodic checkpoint")
         if not (isinstance(self.lora_r, int) and self.lora_r >= 0):
-            bad("lora_r", self.lora_r, "a LoRA rank ≥ 1 (e.g. 16), or 0 for full fine-tuning")
+            invalid(self, "lora_r", "a LoRA rank ≥ 1 (e.g. 16), or 0 for full fine-tuning")
         if self.lora_alpha is not None and not (finite(self.lora_alpha) and self.lora_alpha > 0):
-            bad("lora_alpha", self.lora_alpha, "a scale > 0 (default 2·r)")
+            invalid(self, "lora_alpha", "a scale > 0 (default 2·r)")
         if not self.lora_targets or any(not t for t in self.lora_targets):
-            bad("lora_targets", self.lora_targets, "module names such as q_proj,v_proj, or all-linear")
+            invalid(self, "lora_targets", "module names such as q_proj,v_proj, or all-linear")
         if self.merge and self.lora_r == 0:
-            bad("merge", self.merge, "--merge only with LoRA (--lora-r > 0)")
+            invalid(self, "merge", "--merge only with LoRA (--lora-r > 0)")
         if self.loss != "pg" and self.is_cap is not None:
-            bad("is_cap", self.is_cap, "--is-cap only with --loss pg (ppo clips its ratio with --clip-low/--clip-high)")
+            invalid(self, "is_cap", "--is-cap only with --loss pg (ppo clips its ratio with --clip-low/--clip-high)")
 
     @property
     def use_lora(self) -> bool:

@@ -167,9 +167,7 @@ def choose_behavior(
         raise problems[0]
     if config.behavior != "auto":
         raise GacaError(
-            f"--behavior {config.behavior}: the log has no such column",
-            file=log.source,
-            column=config.behavior,
+            f"--behavior {config.behavior}: the log has no such column", file=log.source, column=config.behavior
         )
     raise GacaError(
         f"--loss {config.loss} needs the behavior policy's per-token log-probs: the log has neither "

@@ -239,9 +239,7 @@ class _Trainer:
             model_id,
             revision=config.revision,
             dtype="fp32",
-            device=self.accelerator.device.type
-            if self.accelerator.device.type == "cpu"
-            else str(self.accelerator.device),
+            device=str(self.accelerator.device),
             trust_remote_code=config.trust_remote_code,
         )
         self.device = device
@@ -252,10 +250,7 @@ class _Trainer:
         )
         self.fingerprint = self.data.fingerprint()
         self.model_fingerprint = model_fingerprint(model_id, config.revision)
-        self.pad_id = next(
-            (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None),
-            0,
-        )
+        self.pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
         self.total = total_steps(len(self.data), config)
         self.warmup = warmup_steps(self.total, config)
         self.plan = BatchPlan(len(self.data), config.batch_size, config.seed)

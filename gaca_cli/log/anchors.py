@@ -29,14 +29,13 @@ from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
-from gaca_cli.log.reading import READ_ERRORS, Log, _first_line, _polars_reads, open_parquet, statistics_null_count
+from gaca_cli.log.reading import READ_ERRORS, Log, _polars_reads, not_readable, open_parquet, statistics_null_count
 
 if TYPE_CHECKING:
     import polars as pl
 
 T = TypeVar("T")
 U = TypeVar("U")
-
 
 HASH_SEED = 0  # polars' hashes are stable within one process (and one polars version)
 #: text read per batch by `StreamedAnchors` (estimated in memory, as polars string views)
@@ -269,9 +268,7 @@ class StreamedAnchors(Anchors):
                         if path not in self.files[f + 1 :]:
                             readers.close(path)
                 except READ_ERRORS as exc:
-                    raise GacaError(
-                        f"not a readable Parquet file ({_first_line(exc)})", file=path, column=self.column
-                    ) from None
+                    raise not_readable(path, exc, self.column) from None
                 if _stamp(path) != self._stamps[f]:
                     raise GacaError("the input changed while it was being read; run again", file=path)
                 # the not-null check took the footer's count: pages that disagree are damaged
@@ -384,10 +381,7 @@ class StreamedAnchors(Anchors):
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - polars' PanicException derives from BaseException
-            lines = str(exc).strip().splitlines()
-            raise GacaError(
-                f"not a readable Parquet file ({lines[0] if lines else type(exc).__name__})", file=path
-            ) from None
+            raise not_readable(path, exc) from None
         if len(text) != hi - lo:
             raise GacaError("the input changed while it was being read; run again", file=path)
         # one chunk: polars gathers from a many-chunk series ~20x slower

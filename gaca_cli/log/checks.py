@@ -324,9 +324,7 @@ def output_column_problem(log: Log, column: str = C.ADVANTAGE, float32: bool = F
     col = contiguous_decoded(log.table.column(column))
     if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
         return row_violation(
-            log,
-            column,
-            f"type {col.type} is not usable here; expected a number (as `gaca advantages` writes)",
+            log, column, f"type {col.type} is not usable here; expected a number (as `gaca advantages` writes)"
         )
     nulls = _null_rows(col)
     if len(nulls):

@@ -101,10 +101,3 @@ def sorted_distinct(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         ordered = values.take(pa.array(order))
         first[1:] = ~pc.equal(ordered.slice(1), ordered.slice(0, len(order) - 1)).to_numpy(zero_copy_only=False)
     return order, first
-
-
-def dense_rank(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """Codes 0..K-1 of the values of `arr` in sorted order, and the K sorted distinct values
-    (see `id_codes`)."""
-    codes, rank, values = id_codes(arr)
-    return rank[codes], values.take(pa.array(np.argsort(rank)))

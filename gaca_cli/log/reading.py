@@ -44,7 +44,7 @@ def _read_parquet(path: str, columns=None, read_dictionary=None) -> pa.Table:
                 for chunk in column.chunks:
                     chunk.validate(full=True)
             except pa.ArrowInvalid as exc:
-                raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path, column=name) from None
+                raise not_readable(path, exc, name) from None
     return table
 
 
@@ -83,6 +83,11 @@ def unreadable(path: str, exc: BaseException, columns: Sequence[str] | None = No
         column = damaged_column(path, names)
     except READ_ERRORS:  # the footer itself is damaged: no column to name
         column = None
+    return not_readable(path, exc, column)
+
+
+def not_readable(path: str, exc: BaseException, column: str | None = None) -> GacaError:
+    """The error for `path`, which a reader failed to read: the first line of its reason."""
     return GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path, column=column)
 
 
@@ -182,9 +187,7 @@ class Log:
                         try:
                             part = f.read_row_group(g, columns=[name]).column(0)
                         except READ_ERRORS as exc:
-                            raise GacaError(
-                                f"not a readable Parquet file ({_first_line(exc)})", file=path, column=name
-                            ) from None
+                            raise not_readable(path, exc, name) from None
                         if part.length() != f.metadata.row_group(g).num_rows:
                             raise GacaError(
                                 f"not a readable Parquet file (read {part.length()} rows of "
@@ -209,9 +212,7 @@ class Log:
                 try:
                     chunks += _read_parquet(path, columns=[name]).column(0).chunks
                 except READ_ERRORS as exc:
-                    raise GacaError(
-                        f"not a readable Parquet file ({_first_line(exc)})", file=path, column=name
-                    ) from None
+                    raise not_readable(path, exc, name) from None
             else:
                 chunks.append(pa.nulls(pq.read_metadata(path).num_rows, want))
         if any(chunk.type != want for chunk in chunks):  # files differing in text width: the unified type
@@ -595,7 +596,7 @@ def _file_schema(inputs: Sequence[tuple[str, bool]]) -> pa.Schema:
             try:
                 schema = pq.read_schema(path)
             except READ_ERRORS as exc:
-                raise GacaError(f"not a readable Parquet file ({_first_line(exc)})", file=path) from None
+                raise not_readable(path, exc) from None
         _unique_names(schema.names, path)
         schemas.append(schema.remove_metadata())
     try:

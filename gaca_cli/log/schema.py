@@ -41,22 +41,13 @@ def _value_type(t: pa.DataType) -> pa.DataType:
 
 #: kind name -> (predicate on the Arrow type, human description of accepted types)
 KINDS: dict[str, tuple[Callable[[pa.DataType], bool], str]] = {
-    "id": (
-        lambda t: _is_text(_value_type(t)) or pa.types.is_integer(_value_type(t)),
-        "string or integer",
-    ),
+    "id": (lambda t: _is_text(_value_type(t)) or pa.types.is_integer(_value_type(t)), "string or integer"),
     "integer": (lambda t: pa.types.is_integer(t), "integer"),
-    "number": (
-        lambda t: pa.types.is_integer(t) or pa.types.is_floating(t),
-        "float64 (any float or integer accepted)",
-    ),
+    "number": (lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "float64 (any float or integer accepted)"),
     "float": (lambda t: pa.types.is_floating(t), "floating point"),
     "bool": (lambda t: pa.types.is_boolean(t), "bool"),
     "text": (lambda t: _is_text(_value_type(t)), "string"),
-    "key": (
-        lambda t: _is_text(_value_type(t)) or pa.types.is_integer(_value_type(t)),
-        "string (integer accepted)",
-    ),
+    "key": (lambda t: _is_text(_value_type(t)) or pa.types.is_integer(_value_type(t)), "string (integer accepted)"),
     "token_ids": (
         lambda t: is_list_type(t) and pa.types.is_integer(t.value_type),
         "list<int32> (any integer list accepted)",

@@ -4,7 +4,6 @@ against the footer's statistics), with the helpers that keep an input's types.""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 
@@ -22,10 +21,6 @@ from gaca_cli.log.reading import (
     statistics_null_count,
     stored_arrow_schema,
 )
-
-
-def json_metadata(key: str, value: Mapping) -> dict[str, str]:
-    return {key: json.dumps(value, sort_keys=True, default=str)}
 
 
 def write_parquet_atomic(

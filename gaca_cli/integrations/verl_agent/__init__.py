@@ -14,17 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_HOMES = {
-    "compute_gaca_outcome_advantage": "advantage",
-}
-_EXPORTS = "export"
+_HOMES = {"compute_gaca_outcome_advantage": "advantage", "export_rollout": "export"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _HOMES.get(name)
-    if module is None:
-        exported = importlib.import_module(f"{__name__}.{_EXPORTS}")
-        if name in getattr(exported, "__all__", ()):
-            return getattr(exported, name)
+    if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -8,18 +8,9 @@ what that function returns. It is an adapter, not a second implementation: the b
 are handed to `gaca_cli.compute_advantages` (method gaca), the code `gaca advantages` runs,
 checks included.
 
-How a batch maps onto a log (one row per batch row, in batch order):
-
-| log                | from the batch                                                        |
-|--------------------|-----------------------------------------------------------------------|
-| group_id, traj_id  | `index` (verl-agent's `uid`), `traj_index` (`traj_uid`), text or int |
-| step_idx           | the row's rank among its trajectory's rows in batch order             |
-| reward, γ = 0      | `step_rewards`: verl-agent hands over G_t already discounted, and     |
-|                    | G_t = r_t + 0·G_{t+1} = r_t exactly                                   |
-| R per row          | Σ `token_level_rewards` over the row (verl-agent's episode score)     |
-| anchor             | `anchor_obs`: text as `anchor_obs`, other values as integer keys      |
-| u_t                | mean (or sum) of −`old_log_prob` over the row's response mask; none   |
-|                    | for an empty response                                                 |
+How a batch maps onto a log (one row per batch row, in batch order): docs/verl-agent.md. Note
+γ = 0: verl-agent hands over G_t already discounted (`step_rewards`), and G_t = r_t + 0·G_{t+1}
+= r_t exactly.
 
 verl-agent's conventions are the defaults here (episode statistics over step rows, episode
 groups of one keep their raw score, difflib similarity in batch order); each is an option of

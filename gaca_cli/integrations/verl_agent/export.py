@@ -8,22 +8,8 @@ drops the inactive steps and flattens the lists into the training batch, which t
 reorders and balances. `export_rollout` is called between the two, in `multi_turn_loop`
 (examples/verl_agent/export.patch), and writes one file per call:
 
-| gaca column | from the step dict (verl-agent's name) |
-|---|---|
-| group_id | `uid` (one per task and `env.rollout.n` group) |
-| traj_id | `traj_uid` (one per environment) |
-| step_idx | the step's position in its environment's list (the loop's `_step`), active steps only |
-| reward | `rewards` (the environment's reward for this step) |
-| episode_reward | `episode_rewards[i]` (Σ of the active steps' rewards, as verl-agent sums them) |
-| done | true on the last active step when later steps are inactive, or the loop stopped before `max_steps` (the environment ended) |
-| anchor_obs | `anchor_obs` (text as it is; any other value as JSON) |
-| prompt_token_ids, action_token_ids | `prompts`, `responses` without padding (`attention_mask`) |
-| prompt, action | those tokens decoded (the prompt with its special tokens, the action without) |
-| behavior_logprobs | `rollout_log_probs` over the response tokens, when the rollout computed them |
-
-Every other scalar of the step dict (`is_action_valid`, `index`, `data_source`...) becomes a
-column of its name, other values go to the JSON column `extra`, and tensors the columns above
-already hold (`input_ids`, `position_ids`...) and image inputs (`multi_modal_inputs`) are left out.
+docs/formats/verl-agent.md lists which step-dict key fills each gaca column; other scalars
+become columns of their names, other values go to the JSON column `extra`.
 
 Values may be numpy arrays and scalars or torch tensors; torch is never imported here.
 """

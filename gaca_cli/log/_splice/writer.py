@@ -19,11 +19,9 @@ no temporary file, each byte written once. Encodings of the new columns (`compre
                                                  as a one-entry dictionary, once per row-group
                                                  length, and its chunk reused
 
-On the 10M-row bench log (26 row groups, 9 new columns) the new columns take 229 MB against
-187 MB with zstd (output 497 MB against 455 MB), and the whole splice about 2.1 CPU seconds
-against 4.0 with zstd through temporary files; `compression="zstd"` (every new column) gives
-464 MB for about 3.4 CPU seconds. Statistics (`statistics_columns`) and, when any input has
-one, the page index are written for the new columns as pyarrow writes them.
+(zstd would make the 10M-row output 9 % smaller for twice the CPU: docs/performance.md;
+`compression="zstd"` applies it to every new column.) Statistics (`statistics_columns`) and,
+when any input has one, the page index are written for the new columns as pyarrow writes them.
 
 The carried columns keep the Arrow schema their input stored (footer.arrow_schema), so every
 reader types them as it typed the input's.
