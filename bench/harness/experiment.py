@@ -43,7 +43,8 @@ import numpy as np
 
 from bench.harness import key_quests as kq
 from bench.harness.statistics import detectable_effect, mean_ci, seeds_needed
-from gaca_cli.credit.config import AdvantagesConfig, ConfigError
+from gaca_cli.config import ConfigError
+from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.lm.train_config import Loss
 
 #: progress callback: one line for people

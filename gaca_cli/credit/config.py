@@ -7,7 +7,6 @@ import math
 import typing
 from dataclasses import asdict, dataclass, field
 
-from gaca_cli.config import ConfigError as ConfigError  # bench/harness imports it from here
 from gaca_cli.config import check_choices, invalid
 
 EPS = 1e-6  # ε in norm(x) = (x − mean) / (std + ε)
