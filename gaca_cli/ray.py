@@ -20,7 +20,7 @@ from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.integrations.arrays import options_config
 from gaca_cli.log import columns as C
 
-_BUCKET, _GROUP_STEP_GROUPS = "__gaca_bucket", "__gaca_group_step_groups"  # temporary columns
+_BUCKET, _GROUP_STEP_GROUPS, _WHOLE = "__gaca_bucket", "__gaca_group_step_groups", "__gaca_whole"  # temporary
 
 
 def advantages(
@@ -34,6 +34,8 @@ def advantages(
     """A `ray.data.Dataset` of log rows -> one with the columns `gaca advantages` adds (and its
     other columns kept). `options` as `gaca_cli.advantages`; `rows_per_call` sizes the buckets
     of episode groups each worker call computes (its memory)."""
+    from ray import get as ray_get
+
     config = options_config(AdvantagesConfig, options, method=method)
     if config.method == "gaca" and config.nll_scope == "batch":
         raise ValueError('nll_scope="batch" standardises NLL over the whole log; use "trajectory" or "group" on Ray')
@@ -41,21 +43,69 @@ def advantages(
         raise ValueError('similarity_order="rows" follows the file\'s row order, which Ray does not keep; use "sorted"')
     mapping = dict(column_map or {})
     group_column = mapping.get(C.GROUP_ID, C.GROUP_ID)
-    n_buckets = max(1, math.ceil(dataset.count() / rows_per_call))
-    bucketed = dataset.map_batches(_add_bucket, fn_args=(group_column, n_buckets), batch_format="pyarrow")
-    bucketed.context.shuffle_strategy = "sort_shuffle_pull_based"  # this dataset's: 1.7x faster than hash here
-    computed = bucketed.groupby(_BUCKET, num_partitions=n_buckets).map_groups(
-        _compute, fn_args=(config, mapping), batch_format="pyarrow"
+    counts = dataset.select_columns([group_column]).map_batches(_group_sizes, batch_format="pyarrow")
+    sizes = pa.concat_tables(ray_get(counts.to_arrow_refs())).group_by(group_column).aggregate([("n", "sum")])
+    whole = dataset.map_batches(
+        _compute_whole, fn_args=(config, mapping, sizes), batch_size=None, batch_format="pyarrow"
     )
+    whole = whole.materialize()  # the rows of groups split across blocks still to shuffle
+    done = whole.map_batches(_rows, fn_args=(True, None), batch_size=None, batch_format="pyarrow")
+    parts = [done]
+    if whole.select_columns([_WHOLE]).sum(_WHOLE) < whole.count():
+        rest = whole.map_batches(_rows, fn_args=(False, dataset.columns()), batch_size=None, batch_format="pyarrow")
+        n_buckets = max(1, math.ceil(rest.count() / rows_per_call))
+        bucketed = rest.map_batches(_add_bucket, fn_args=(group_column, n_buckets), batch_format="pyarrow")
+        bucketed.context.shuffle_strategy = "sort_shuffle_pull_based"  # this dataset's: 1.7x faster than hash here
+        computed = bucketed.groupby(_BUCKET, num_partitions=n_buckets).map_groups(
+            _compute, fn_args=(config, mapping), batch_format="pyarrow"
+        )
+        parts.append(computed.materialize())
+    out = done.union(*parts[1:]) if parts[1:] else done
     if config.method not in ("gigpo", "gaca"):  # no step_group_id to number across the log
-        return computed
-    computed = computed.materialize()
+        return out
     pairs = [group_column, _GROUP_STEP_GROUPS]  # the distinct (group_id, its number of step groups)
-    counts = computed.select_columns(pairs).map_batches(_distinct, batch_format="pyarrow").take_all()
-    step_groups = {row[group_column]: row[_GROUP_STEP_GROUPS] for row in counts}
-    ids = sorted(step_groups)  # the command numbers step groups in sorted group_id order
-    offsets = pa.table({"id": ids, "offset": np.cumsum([0] + [step_groups[i] for i in ids[:-1]])})
-    return computed.map_batches(_number_step_groups, fn_args=(group_column, offsets), batch_format="pyarrow")
+    counts = [part.select_columns(pairs).map_batches(_distinct, batch_format="pyarrow") for part in parts]
+    step_groups = pa.concat_tables(ray_get([r for c in counts for r in c.to_arrow_refs()]))
+    step_groups = _distinct(step_groups).sort_by(group_column)  # numbered in sorted group_id order
+    offset = np.cumsum(np.r_[0, step_groups.column(_GROUP_STEP_GROUPS).to_numpy()[:-1]])
+    offsets = pa.table({"id": step_groups.column(group_column), "offset": offset})
+    return out.map_batches(
+        _number_step_groups, fn_args=(group_column, offsets), batch_format="pyarrow"
+    )
+
+
+def _group_sizes(batch: pa.Table) -> pa.Table:
+    """The number of rows of each episode group in `batch`."""
+    group = batch.column_names[0]
+    sizes = batch.group_by(group).aggregate([([], "count_all")])
+    return pa.table({group: sizes.column(group), "n": sizes.column("count_all")})
+
+
+def _compute_whole(block: pa.Table, config: AdvantagesConfig, mapping: dict[str, str], sizes: pa.Table) -> pa.Table:
+    """The groups whose rows all lie in `block` computed in place; the other rows kept as they
+    are (flagged, the new columns null), to be shuffled."""
+    import pyarrow.compute as pc
+
+    group = sizes.column_names[0]
+    local = _group_sizes(block.select([group])).join(sizes, group)
+    whole = local.filter(pc.equal(local.column("n"), local.column("n_sum"))).column(group)
+    mask = pc.is_in(block.column(group), value_set=whole)
+    rest = block.filter(pc.invert(mask))
+    rest = rest.append_column(_WHOLE, pa.array(np.zeros(rest.num_rows, bool)))
+    if len(whole) == 0:
+        return rest
+    out = _compute(block.filter(mask), config, mapping)
+    out = out.append_column(_WHOLE, pa.array(np.ones(out.num_rows, bool)))
+    return pa.concat_tables([out, rest], promote_options="permissive")
+
+
+def _rows(batch: pa.Table, whole: bool, columns: list[str] | None) -> pa.Table:
+    """The rows computed in place (`whole`), or the others with the input's `columns`."""
+    import pyarrow.compute as pc
+
+    flag = batch.column(_WHOLE)
+    batch = batch.filter(flag if whole else pc.invert(flag)).drop_columns([_WHOLE])
+    return batch.select(columns) if columns is not None else batch
 
 
 def _add_bucket(batch: pa.Table, group_column: str, n_buckets: int) -> pa.Table:
@@ -74,7 +124,7 @@ def _compute(bucket: pa.Table, config: AdvantagesConfig, mapping: dict[str, str]
     from gaca_cli.credit.run import compute_advantages
     from gaca_cli.log.grouping import id_codes
 
-    table = bucket.drop_columns([_BUCKET])
+    table = bucket.drop_columns([c for c in (_BUCKET,) if c in bucket.column_names])
     run = compute_advantages(memory_log(table, mapping, "<ray block>"), config)
     out = run.table
     if C.STEP_GROUP_ID not in out.column_names:
