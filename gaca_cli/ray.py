@@ -10,7 +10,7 @@ offset in a second pass. What needs the whole log (`nll_scope="batch"`, `similar
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -64,7 +64,8 @@ def advantages(
             _compute, fn_args=(config, mapping), batch_format="pyarrow"
         )
         parts.append(computed.materialize())
-        summary = pa.concat_tables([summary.filter(summary.column(_WHOLE)), _summary(parts[1], group_column)])
+        whole_groups = summary.filter(summary.column(_WHOLE))
+        summary = pa.concat_tables([whole_groups, _summary(parts[1], group_column)], promote_options="permissive")
     out = done.union(*parts[1:]) if parts[1:] else done
     if config.method not in ("gigpo", "gaca"):  # no step_group_id to number across the log
         return out
@@ -112,13 +113,15 @@ def _compute_whole(block: pa.Table, config: AdvantagesConfig, mapping: dict[str,
     return pa.concat_tables([out, rest], promote_options="permissive")
 
 
-def _rows(batch: pa.Table, whole: bool, columns: list[str] | None) -> pa.Table:
-    """The rows computed in place (`whole`), or the others with the input's `columns`."""
+def _rows(batch: pa.Table, whole: bool, columns: list[str] | None) -> Iterator[pa.Table]:
+    """The rows computed in place (`whole`), or the others with the input's `columns`; no
+    block where none (a block of only split groups has none of the new columns)."""
     import pyarrow.compute as pc
 
     flag = batch.column(_WHOLE)
     batch = batch.filter(flag if whole else pc.invert(flag)).drop_columns([_WHOLE])
-    return batch.select(columns) if columns is not None else batch
+    if batch.num_rows:
+        yield batch.select(columns) if columns is not None else batch
 
 
 def _add_bucket(batch: pa.Table, group_column: str, n_buckets: int) -> pa.Table:
