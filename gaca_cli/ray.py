@@ -1,10 +1,9 @@
 """`gaca advantages` on a Ray Data dataset, computed on Ray's workers (docs/python-api.md).
 
-A first pass counts each episode group's rows (group_id only). Each block then runs the code
-of `gaca advantages` on its whole groups, in place; only the rows of groups split across blocks
-are shuffled into buckets (a hash of group_id; `groupby` + `map_groups`, one call per bucket,
-never one per group). `step_group_id`, numbered across the whole log, gets each group's offset
-in a last pass. What needs the whole log (`nll_scope="batch"`, `similarity_order="rows"`) is
+A first pass counts each episode group's rows; each block runs `gaca advantages` on its whole
+groups in place; only the rows of groups split across blocks are shuffled into buckets (hash of
+group_id; one `map_groups` call per bucket, never per group); `step_group_id` gets each group's
+offset last. What needs the whole log (`nll_scope="batch"`, `similarity_order="rows"`) is
 refused. Every row equals the command's, bit for bit; rows come back by block, then bucket.
 """
 
@@ -74,16 +73,15 @@ def _summary(dataset: Any, group: str) -> pa.Table:
     """(group_id, computed in place, step groups, rows) of a materialized dataset's blocks."""
     import ray
 
-    def summarise(block: pa.Table) -> pa.Table:  # _WHOLE null where computed by the shuffle
-        keys = [c for c in (group, _WHOLE, _GROUP_STEP_GROUPS) if c in block.column_names]
-        return block.group_by(keys).aggregate([([], "count_all")])
-
-    tables = ray.get([ray.remote(summarise).remote(b) for b in dataset.to_arrow_refs()])
+    task, keys = ray.remote(_group_sizes), [group, _WHOLE, _GROUP_STEP_GROUPS]  # _WHOLE null: by the shuffle
+    tables = ray.get([task.remote(block, keys) for block in dataset.to_arrow_refs()])
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def _group_sizes(batch: pa.Table) -> pa.Table:  # the rows of each episode group of `batch`
-    return batch.group_by(batch.column_names[0]).aggregate([([], "count_all")])
+def _group_sizes(batch: pa.Table, keys: list[str] | None = None) -> pa.Table:
+    """The rows of each distinct value of the `keys` present (default: the first column)."""
+    keys = [c for c in keys if c in batch.column_names] if keys else batch.column_names[:1]
+    return batch.group_by(keys).aggregate([([], "count_all")])
 
 
 def _compute_whole(block: pa.Table, config: AdvantagesConfig, mapping: dict[str, str], sizes: pa.Table) -> pa.Table:
@@ -92,19 +90,15 @@ def _compute_whole(block: pa.Table, config: AdvantagesConfig, mapping: dict[str,
     local = _group_sizes(block.select([group])).join(sizes, group)
     whole = local.filter(pc.equal(local.column("count_all"), local.column("count_all_sum"))).column(group)
     mask = pc.is_in(block.column(group), value_set=whole)
-    rest = block.filter(pc.invert(mask))
-    rest = rest.append_column(_WHOLE, pa.repeat(False, rest.num_rows))
+    rest = block.append_column(_WHOLE, mask).filter(pc.invert(mask))  # flagged False
     if len(whole) == 0:
         return rest
     out = _compute(block.filter(mask), config, mapping)
-    return pa.concat_tables(
-        [out.append_column(_WHOLE, pa.repeat(True, out.num_rows)), rest], promote_options="permissive"
-    )
+    return pa.concat_tables([out.append_column(_WHOLE, pa.repeat(True, len(out))), rest], promote_options="permissive")
 
 
 def _rows(batch: pa.Table, whole: bool, columns: list[str] | None) -> Iterator[pa.Table]:
-    """The rows computed in place (`whole`), or the others with the input's `columns`; none if
-    empty (a block of only split groups has none of the new columns)."""
+    """The rows computed in place (`whole`) or the others (the input's `columns`); none if none."""
     batch = batch.filter(pc.equal(batch.column(_WHOLE), whole)).drop_columns([_WHOLE])
     if batch.num_rows:
         yield batch.select(columns) if columns is not None else batch
