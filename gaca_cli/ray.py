@@ -1,26 +1,27 @@
 """`gaca advantages` on a Ray Data dataset, computed on Ray's workers (docs/python-api.md).
 
-Rows are shuffled into buckets of whole episode groups (a hash of group_id; `groupby` +
-`map_groups`, one call per bucket, never one per group); each bucket runs the code of
-`gaca advantages`; `step_group_id`, numbered across the whole log, gets each episode group's
-offset in a second pass. What needs the whole log (`nll_scope="batch"`, `similarity_order=
-"rows"`) is refused. Every row equals the command's, bit for bit; rows come back by bucket.
+A first pass counts each episode group's rows; each block runs `gaca advantages` on its whole
+groups in place; only the rows of groups split across blocks are shuffled into buckets (hash of
+group_id; one `map_groups` call per bucket, never per group); `step_group_id` gets each group's
+offset last. What needs the whole log (`nll_scope="batch"`, `similarity_order="rows"`) is
+refused. Every row equals the command's, bit for bit; rows come back by block, then bucket.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.integrations.arrays import options_config
 from gaca_cli.log import columns as C
 
-_BUCKET, _GROUP_STEP_GROUPS = "__gaca_bucket", "__gaca_group_step_groups"  # temporary columns
+_BUCKET, _GROUP_STEP_GROUPS, _WHOLE = "__gaca_bucket", "__gaca_group_step_groups", "__gaca_whole"  # temporary
 
 
 def advantages(
@@ -34,6 +35,8 @@ def advantages(
     """A `ray.data.Dataset` of log rows -> one with the columns `gaca advantages` adds (and its
     other columns kept). `options` as `gaca_cli.advantages`; `rows_per_call` sizes the buckets
     of episode groups each worker call computes (its memory)."""
+    import ray
+
     config = options_config(AdvantagesConfig, options, method=method)
     if config.method == "gaca" and config.nll_scope == "batch":
         raise ValueError('nll_scope="batch" standardises NLL over the whole log; use "trajectory" or "group" on Ray')
@@ -41,21 +44,64 @@ def advantages(
         raise ValueError('similarity_order="rows" follows the file\'s row order, which Ray does not keep; use "sorted"')
     mapping = dict(column_map or {})
     group_column = mapping.get(C.GROUP_ID, C.GROUP_ID)
-    n_buckets = max(1, math.ceil(dataset.count() / rows_per_call))
-    bucketed = dataset.map_batches(_add_bucket, fn_args=(group_column, n_buckets), batch_format="pyarrow")
-    bucketed.context.shuffle_strategy = "sort_shuffle_pull_based"  # this dataset's: 1.7x faster than hash here
-    computed = bucketed.groupby(_BUCKET, num_partitions=n_buckets).map_groups(
-        _compute, fn_args=(config, mapping), batch_format="pyarrow"
-    )
+    counts = dataset.select_columns([group_column]).map_batches(_group_sizes, batch_format="pyarrow")
+    sizes = pa.concat_tables(ray.get(counts.to_arrow_refs())).group_by(group_column).aggregate([("count_all", "sum")])
+    blocks = {"batch_size": None, "batch_format": "pyarrow"}
+    whole = dataset.map_batches(_compute_whole, fn_args=(config, mapping, sizes), **blocks).materialize()
+    summary = _summary(whole, group_column)
+    done = whole.map_batches(_rows, fn_args=(True, None), **blocks)
+    parts, rest = [done], summary.filter(pc.invert(summary.column(_WHOLE)))
+    if rest.num_rows:  # the rows of groups split across blocks: shuffled into buckets
+        rest_rows = whole.map_batches(_rows, fn_args=(False, dataset.columns()), **blocks)
+        n_buckets = max(1, math.ceil(pc.sum(rest.column("count_all")).as_py() / rows_per_call))
+        bucketed = rest_rows.map_batches(_add_bucket, fn_args=(group_column, n_buckets), batch_format="pyarrow")
+        bucketed.context.shuffle_strategy = "sort_shuffle_pull_based"  # this dataset's: 1.7x faster than hash here
+        by_bucket = bucketed.groupby(_BUCKET, num_partitions=n_buckets)
+        parts.append(by_bucket.map_groups(_compute, fn_args=(config, mapping), batch_format="pyarrow").materialize())
+        summary = pa.concat_tables([summary, _summary(parts[1], group_column)], promote_options="permissive")
+    out = done.union(*parts[1:]) if parts[1:] else done
     if config.method not in ("gigpo", "gaca"):  # no step_group_id to number across the log
-        return computed
-    computed = computed.materialize()
-    pairs = [group_column, _GROUP_STEP_GROUPS]  # the distinct (group_id, its number of step groups)
-    counts = computed.select_columns(pairs).map_batches(_distinct, batch_format="pyarrow").take_all()
-    step_groups = {row[group_column]: row[_GROUP_STEP_GROUPS] for row in counts}
-    ids = sorted(step_groups)  # the command numbers step groups in sorted group_id order
-    offsets = pa.table({"id": ids, "offset": np.cumsum([0] + [step_groups[i] for i in ids[:-1]])})
-    return computed.map_batches(_number_step_groups, fn_args=(group_column, offsets), batch_format="pyarrow")
+        return out
+    step_groups = summary.filter(pc.fill_null(summary.column(_WHOLE), True))  # null: computed by the shuffle
+    step_groups = step_groups.group_by([group_column, _GROUP_STEP_GROUPS]).aggregate([]).sort_by(group_column)
+    offset = np.cumsum(np.r_[0, step_groups.column(_GROUP_STEP_GROUPS).to_numpy()[:-1]])  # in sorted group_id order
+    offsets = pa.table({"id": step_groups.column(group_column), "offset": offset})
+    return out.map_batches(_number_step_groups, fn_args=(group_column, offsets), batch_format="pyarrow")
+
+
+def _summary(dataset: Any, group: str) -> pa.Table:
+    """(group_id, computed in place, step groups, rows) of a materialized dataset's blocks."""
+    import ray
+
+    task, keys = ray.remote(_group_sizes), [group, _WHOLE, _GROUP_STEP_GROUPS]  # _WHOLE null: by the shuffle
+    tables = ray.get([task.remote(block, keys) for block in dataset.to_arrow_refs()])
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _group_sizes(batch: pa.Table, keys: list[str] | None = None) -> pa.Table:
+    """The rows of each distinct value of the `keys` present (default: the first column)."""
+    keys = [c for c in keys if c in batch.column_names] if keys else batch.column_names[:1]
+    return batch.group_by(keys).aggregate([([], "count_all")])
+
+
+def _compute_whole(block: pa.Table, config: AdvantagesConfig, mapping: dict[str, str], sizes: pa.Table) -> pa.Table:
+    """The groups whose rows all lie in `block` computed; the others' rows flagged, to shuffle."""
+    group = sizes.column_names[0]
+    local = _group_sizes(block.select([group])).join(sizes, group)
+    whole = local.filter(pc.equal(local.column("count_all"), local.column("count_all_sum"))).column(group)
+    mask = pc.is_in(block.column(group), value_set=whole)
+    rest = block.append_column(_WHOLE, mask).filter(pc.invert(mask))  # flagged False
+    if len(whole) == 0:
+        return rest
+    out = _compute(block.filter(mask), config, mapping)
+    return pa.concat_tables([out.append_column(_WHOLE, pa.repeat(True, len(out))), rest], promote_options="permissive")
+
+
+def _rows(batch: pa.Table, whole: bool, columns: list[str] | None) -> Iterator[pa.Table]:
+    """The rows computed in place (`whole`) or the others (the input's `columns`); none if none."""
+    batch = batch.filter(pc.equal(batch.column(_WHOLE), whole)).drop_columns([_WHOLE])
+    if batch.num_rows:
+        yield batch.select(columns) if columns is not None else batch
 
 
 def _add_bucket(batch: pa.Table, group_column: str, n_buckets: int) -> pa.Table:
@@ -74,7 +120,7 @@ def _compute(bucket: pa.Table, config: AdvantagesConfig, mapping: dict[str, str]
     from gaca_cli.credit.run import compute_advantages
     from gaca_cli.log.grouping import id_codes
 
-    table = bucket.drop_columns([_BUCKET])
+    table = bucket.drop_columns([_BUCKET]) if _BUCKET in bucket.column_names else bucket  # or a block
     run = compute_advantages(memory_log(table, mapping, "<ray block>"), config)
     out = run.table
     if C.STEP_GROUP_ID not in out.column_names:
@@ -89,14 +135,8 @@ def _compute(bucket: pa.Table, config: AdvantagesConfig, mapping: dict[str, str]
     return out.append_column(_GROUP_STEP_GROUPS, pa.array(size[group]))
 
 
-def _distinct(batch: pa.Table) -> pa.Table:
-    return batch.group_by(batch.column_names).aggregate([])
-
-
 def _number_step_groups(batch: pa.Table, group_column: str, offsets: pa.Table) -> pa.Table:
     """step_group_id across the whole log: each group's offset added."""
-    import pyarrow.compute as pc
-
     at = pc.index_in(batch.column(group_column), value_set=offsets.column("id"))
     shift = offsets.column("offset").take(at).to_numpy()
     i = batch.column_names.index(C.STEP_GROUP_ID)

@@ -1,6 +1,7 @@
 """gaca_cli.ray.advantages on a local Ray instance: the rows of `gaca advantages`, bit for bit.
 
-Every golden case (with buckets of a few rows, so that episode groups land in several calls)
+Every golden case (in one block, and in blocks of a few rows that split episode groups, which
+then go through the shuffle in buckets of a few rows)
 and a synthetic log (bench/synth.py: 8 rollouts per group, shared anchors, null NLLs) of 60k
 rows by default, 1M rows in the slow set. Rows come back grouped by bucket: both sides are
 sorted by (traj_id, step_idx) before they are compared.
@@ -39,7 +40,8 @@ def command(src: Path, out: Path, params: dict) -> pa.Table:
 
 
 def assert_same_rows(dataset, want: pa.Table) -> None:
-    got = pa.concat_tables(ray.get(dataset.to_arrow_refs()))
+    blocks = ray.get(dataset.to_arrow_refs())  # less the empty ones (no schema), as Ray's filter leaves
+    got = pa.concat_tables([block for block in blocks if block.num_rows])
     assert sorted(got.column_names) == sorted(want.column_names)
     got = got.select(want.column_names).sort_by(KEY).cast(want.schema.remove_metadata())
     want = want.sort_by(KEY)
@@ -47,28 +49,40 @@ def assert_same_rows(dataset, want: pa.Table) -> None:
         assert got.column(name).equals(want.column(name)), name
 
 
-def test_every_golden_case(local_ray, tmp_path):
-    pq.write_table(tiny_table(), tmp_path / "tiny.parquet")
+@pytest.mark.parametrize("block_rows", [None, 4])
+def test_every_golden_case(local_ray, tmp_path, block_rows):
+    """One block: every episode group computed in place; blocks of 4 rows: groups A and B split
+    across blocks (shuffled into buckets), C whole in its block (in place)."""
+    table = tiny_table()
+    pq.write_table(table, tmp_path / "tiny.parquet")
+    blocks = [table] if block_rows is None else [table.slice(i, block_rows) for i in range(0, len(table), block_rows)]
     for case, params in CASES.items():
         want = command(tmp_path / "tiny.parquet", tmp_path / f"{case}.parquet", params)
         options = {k: v for k, v in params.items() if k != "method"}
-        dataset = ray.data.from_arrow(tiny_table())
+        dataset = ray.data.from_arrow(blocks)
         assert_same_rows(gaca_ray.advantages(dataset, method=params["method"], rows_per_call=3, **options), want)
 
 
-def synthetic(local_ray, tmp_path, rows: int) -> None:
+def synthetic(local_ray, tmp_path, rows: int, blocks: int = 1) -> None:
     from synth import generate
 
     generate(rows, tmp_path / "log.parquet")
     params = {"method": "gaca", "beta": 0.3, "nll_scope": "group"}
     want = command(tmp_path / "log.parquet", tmp_path / "out.parquet", params)
     dataset = ray.data.read_parquet(str(tmp_path / "log.parquet"))
+    if blocks > 1:  # rows interleaved by step: blocks of a file split most episode groups
+        table = pq.read_table(tmp_path / "log.parquet")
+        dataset = ray.data.from_arrow([table.slice(i, rows // blocks) for i in range(0, rows, rows // blocks)])
     got = gaca_ray.advantages(dataset, method="gaca", beta=0.3, nll_scope="group", rows_per_call=rows // 5)
     assert_same_rows(got, want)
 
 
 def test_a_synthetic_log(local_ray, tmp_path):
     synthetic(local_ray, tmp_path, 60_000)
+
+
+def test_a_synthetic_log_in_blocks_that_split_episode_groups(local_ray, tmp_path):
+    synthetic(local_ray, tmp_path, 60_000, blocks=7)
 
 
 @pytest.mark.slow
