@@ -41,31 +41,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "lm"))
 
+from fixture_texts import ANSWERS, PROMPTS, RESPONSES, encode_prompt, pad_rows  # noqa: E402
 from tiny_models import build_tokenizer  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
-
-PROMPTS = [
-    "You are in the hall. A brass key lies on the table. Your hands are empty.",
-    "You are in the corridor. The garden door is locked. You carry a brass key.",
-]
-ANSWERS = ["take key", "open door with key"]
-RESPONSES = [
-    ["take key", "go to hall", "take key"],
-    ["open door with key", "look around", "go to garden"],
-]
-
-
-def _prompt_ids(tok, text: str) -> list[int]:
-    chat = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-    return tok.encode(chat, add_special_tokens=False)
-
-
-def _pad(rows: list[list[int]], pad: int, left: bool) -> torch.Tensor:
-    width = max(len(r) for r in rows)
-    return torch.tensor([([pad] * (width - len(r)) + r) if left else (r + [pad] * (width - len(r))) for r in rows])
 
 
 def rollout_batch(tok, step: int) -> tuple[DataProto, dict]:
@@ -73,7 +54,7 @@ def rollout_batch(tok, step: int) -> tuple[DataProto, dict]:
     prompts, responses, scores, gts, acc, pred, request_ids = [], [], [], [], [], [], []
     for p, (text, answer) in enumerate(zip(PROMPTS, ANSWERS, strict=True)):
         for r, response in enumerate(RESPONSES[p]):
-            prompts.append(_prompt_ids(tok, text))
+            prompts.append(encode_prompt(tok, text))
             responses.append(tok.encode(response, add_special_tokens=False) + [tok.eos_token_id])
             hit = response == answer
             scores.append(1.0 if hit else (0.0 if step == 1 else -0.5))
@@ -82,13 +63,13 @@ def rollout_batch(tok, step: int) -> tuple[DataProto, dict]:
             pred.append(response)
             request_ids.append(f"req-{step}-{p}-{r}")
     order = [4, 0, 2, 5, 1, 3]  # _balance_batch reorders rows by sequence length
-    response_tensor = _pad(responses, tok.pad_token_id, left=False)
+    response_tensor = pad_rows(responses, tok.pad_token_id, left=False)
     token_level_scores = torch.zeros(response_tensor.shape, dtype=torch.float32)
     for i, ids in enumerate(responses):
         token_level_scores[i, len(ids) - 1] = scores[i]
     batch = DataProto.from_dict(
         tensors={
-            "prompts": _pad(prompts, tok.pad_token_id, left=True),
+            "prompts": pad_rows(prompts, tok.pad_token_id, left=True),
             "responses": response_tensor,
             "token_level_scores": token_level_scores,
         },
@@ -131,7 +112,7 @@ def agent_loop_outputs(tok) -> list[dict]:
         ("uid-b", ["go to kitchen", "go to garden", "go to hall"], ["Kitchen.", "Garden."], [0.25, 0.75], 0.0, False),
     ]
     for n, (uid, turns, tools, tool_rewards, score, with_logprobs) in enumerate(cases):
-        prompt_ids = _prompt_ids(tok, PROMPTS[0] if uid == "uid-a" else PROMPTS[1])
+        prompt_ids = encode_prompt(tok, PROMPTS[0] if uid == "uid-a" else PROMPTS[1])
         response_ids: list[int] = []
         mask: list[int] = []
         for t, turn in enumerate(turns):
@@ -199,7 +180,7 @@ def main() -> None:
                 final = 1.0 if outs[-1] == answer else 0.0
                 for i, out in enumerate(outs):
                     keys.append(f"prompt{p}-uuid_{session}_{i}")
-                    v1_inputs.append(tok.decode(_prompt_ids(tok, text), skip_special_tokens=True))
+                    v1_inputs.append(tok.decode(encode_prompt(tok, text), skip_special_tokens=True))
                     v1_outputs.append(out)
                     v1_gts.append(answer)
                     v1_scores.append(final)

@@ -29,37 +29,17 @@ import verl
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "lm"))
 
+from fixture_texts import ANSWERS, PROMPTS, RESPONSES, encode_prompt, pad_rows  # noqa: E402
 from tiny_models import build_tokenizer  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
-
-# the texts of make_fixture.py (not imported: it needs verl 0.9's v1 trainer)
-PROMPTS = [
-    "You are in the hall. A brass key lies on the table. Your hands are empty.",
-    "You are in the corridor. The garden door is locked. You carry a brass key.",
-]
-ANSWERS = ["take key", "open door with key"]
-RESPONSES = [
-    ["take key", "go to hall", "take key"],
-    ["open door with key", "look around", "go to garden"],
-]
-
-
-def _prompt_ids(tok, text: str) -> list[int]:
-    chat = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-    return tok.encode(chat, add_special_tokens=False)
-
-
-def _pad(rows: list[list[int]], pad: int, left: bool) -> torch.Tensor:
-    width = max(len(r) for r in rows)
-    return torch.tensor([([pad] * (width - len(r)) + r) if left else (r + [pad] * (width - len(r))) for r in rows])
 
 
 def texts(tok, step: int) -> tuple[list[str], list[str], list[float], list[bool], list[str]]:
     inputs, outputs, scores, acc, pred = [], [], [], [], []
     for text, answer, responses in zip(PROMPTS, ANSWERS, RESPONSES, strict=True):
         for response in responses:
-            inputs.append(tok.decode(_prompt_ids(tok, text), skip_special_tokens=True))
+            inputs.append(tok.decode(encode_prompt(tok, text), skip_special_tokens=True))
             outputs.append(response)
             scores.append(1.0 if response == answer else 0.0)
             acc.append(response == answer)
@@ -87,16 +67,16 @@ def main() -> None:
     prompts, responses, scores = [], [], []
     for text, answer, rows in zip(PROMPTS, ANSWERS, RESPONSES, strict=True):
         for response in rows:
-            prompts.append(_prompt_ids(tok, text))
+            prompts.append(encode_prompt(tok, text))
             responses.append(tok.encode(response, add_special_tokens=False) + [tok.eos_token_id])
             scores.append(1.0 if response == answer else 0.0)
-    response_tensor = _pad(responses, tok.pad_token_id, left=False)
+    response_tensor = pad_rows(responses, tok.pad_token_id, left=False)
     token_level_scores = torch.zeros(response_tensor.shape, dtype=torch.float32)
     for i, ids in enumerate(responses):
         token_level_scores[i, len(ids) - 1] = scores[i]
     batch = DataProto.from_dict(
         tensors={
-            "prompts": _pad(prompts, tok.pad_token_id, left=True),
+            "prompts": pad_rows(prompts, tok.pad_token_id, left=True),
             "responses": response_tensor,
             "token_level_scores": token_level_scores,
         },
