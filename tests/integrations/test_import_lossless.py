@@ -41,6 +41,8 @@ FIXTURES = [
     ("art", [DATA / "art" / "legacy" / "trajectories" / "train" / "0000.jsonl"]),
     ("rllm", sorted((DATA / "rllm" / "episodes" / "train_step_3_epoch_0").glob("episode_*.json"))),
     ("rllm", sorted((DATA / "rllm" / "to_dict").glob("*.json"))),
+    *[("rllm", [p]) for p in sorted((DATA / "rllm" / "versions").glob("*/results.json"))],
+    *[("rllm", sorted(d.glob("episode_*.json"))) for d in sorted((DATA / "rllm" / "versions").glob("*/episodes/*"))],
     ("skyrl", [DATA / "skyrl" / "dumped_evals" / "global_step_3_evals" / "house_garden.jsonl"]),
     ("skyrl", [DATA / "skyrl" / "dumped_evals" / "global_step_3_evals" / "unknown.jsonl"]),
     ("skyrl", [DATA / "skyrl" / "generator_batch.jsonl"]),

@@ -48,9 +48,24 @@ def check_step(row: dict, step: dict) -> None:
     assert row["model_response"] == step["model_response"]
 
 
-def test_every_value_of_the_episode_logger_files():
-    files = episode_files(LOGGED)
-    rows = read(LOGGED)
+VERSIONS = DATA / "versions"
+#: the EpisodeLogger folders: the main fixture's and those of each release line that has the logger
+LOGGED_DIRS = [LOGGED, *sorted(VERSIONS.glob("*/episodes/train_step_3_epoch_0"))]
+#: Episode.to_dict() dumps: one episode a file, or a list of them in one (as rLLM's examples save a run)
+DUMPS = [TO_DICT, *sorted(VERSIONS.glob("*/results.json"))]
+
+
+def dumped(source: Path) -> list[tuple[str, dict]]:
+    """(the traj_id prefix, the episode) for each episode of a dump folder or list file."""
+    if source.is_dir():
+        return [(f"{path}:", json.loads(path.read_text())) for path in episode_files(source)]
+    return [(f"{source}:[{j}].", episode) for j, episode in enumerate(json.loads(source.read_text()))]
+
+
+@pytest.mark.parametrize("directory", LOGGED_DIRS, ids=lambda d: d.parents[1].name)
+def test_every_value_of_the_episode_logger_files(directory):
+    files = episode_files(directory)
+    rows = read(directory)
     assert len(rows) == sum(len(t["steps"]) for f in files for t in json.loads(f.read_text())["trajectories"])
     for path in files:
         episode = json.loads(path.read_text())
@@ -60,7 +75,7 @@ def test_every_value_of_the_episode_logger_files():
             assert [r["step_idx"] for r in steps] == list(range(len(trajectory["steps"])))
             for row, step in zip(steps, trajectory["steps"]):
                 check_step(row, step)
-                assert row["group_id"] == f"{LOGGED}/{task_id}:{trajectory['name']}"
+                assert row["group_id"] == f"{directory}/{task_id}:{trajectory['name']}"
                 assert row["episode_reward"] == trajectory["reward"]
                 assert row["traj_name"] == trajectory["name"]
                 assert row["traj_uid"] == trajectory["uid"]
@@ -69,62 +84,75 @@ def test_every_value_of_the_episode_logger_files():
                 assert row["success"] is episode["is_correct"]
                 for key in ("termination_reason", "training_step", "epoch", "task_hash"):
                     assert row[key] == episode[key]
+                assert row.get("session_id") == episode.get("session_id")  # main's logger writes it
                 assert "prompt_token_ids" not in row and "behavior_logprobs" not in row
                 extra = row["extra"]
                 assert extra["episode"]["task"] == episode["task"]
                 assert extra["episode"]["metrics"] == episode["metrics"]
                 assert extra["episode"].get("timing") == (episode["timing"] or None)
+                assert extra["episode"].get("metadata") == (episode.get("metadata") or None)
                 assert extra.get("trajectory", {}).get("timing") == (trajectory["timing"] or None)
                 assert extra.get("step", {}).get("timing") == (step["timing"] or None)
 
 
-def test_every_value_of_the_to_dict_files():
-    rows = read(TO_DICT)
-    for path in episode_files(TO_DICT):
-        episode = json.loads(path.read_text())
+@pytest.mark.parametrize("source", DUMPS, ids=lambda p: p.parent.name if p.is_file() else p.name)
+def test_every_value_of_the_to_dict_files(source):
+    rows = read(source)
+    folder = source if source.is_dir() else source.parent
+    episodes = dumped(source)
+    assert len(rows) == sum(len(t["steps"]) for _, e in episodes for t in e["trajectories"])
+    for prefix, episode in episodes:
         for k, trajectory in enumerate(episode["trajectories"]):
-            steps = [r for r in rows if r["traj_id"] == f"{path}:t{k}"]
+            steps = [r for r in rows if r["traj_id"] == f"{prefix}t{k}"]
             assert len(steps) == len(trajectory["steps"])
             for row, step in zip(steps, trajectory["steps"]):
                 check_step(row, step)
-                assert row["group_id"] == f"{TO_DICT}/{episode['id'].split(':')[0]}:{trajectory['name']}"
+                assert row["group_id"] == f"{folder}/{episode['id'].split(':')[0]}:{trajectory['name']}"
                 assert row["episode_id"] == episode["id"]
                 assert row["success"] is episode["is_correct"]
                 assert row["termination_reason"] == episode["termination_reason"]
                 assert row["episode_reward"] == trajectory["reward"]
-                assert row.get("prompt_token_ids") == (step["prompt_ids"] or None)
-                assert row.get("action_token_ids") == (step["response_ids"] or None)
-                assert row.get("behavior_logprobs") == (step["logprobs"] or None)
-                assert row.get("source_advantage") == step["advantage"]
+                # 0.2.0's Step has no token ids: its model_output's are kept in extra
+                assert row.get("prompt_token_ids") == (step.get("prompt_ids") or None)
+                assert row.get("action_token_ids") == (step.get("response_ids") or None)
+                assert row.get("behavior_logprobs") == (step.get("logprobs") or None)
+                assert row.get("source_advantage") == step.get("advantage")
                 assert row["mc_return"] == step["mc_return"]
-                assert row.get("weight_version") == step["weight_version"]
+                assert row.get("weight_version") == step.get("weight_version")
+                assert row.get("session_id") == episode.get("session_id")
                 extra = row["extra"]
                 assert extra["episode"]["task"] == episode["task"]
                 assert extra["episode"].get("info") == (episode["info"] or None)
                 assert extra.get("trajectory", {}).get("task") == trajectory["task"]
                 assert extra.get("step", {}).get("info") == (step["info"] or None)
+                if step.get("model_output"):
+                    output = extra["step"]["model_output"]
+                    assert output.get("prompt_ids", row.get("prompt_token_ids")) == step["model_output"]["prompt_ids"]
+                    assert output["finish_reason"] == step["model_output"]["finish_reason"]
 
 
-def test_groups_are_one_task_and_one_agent():
-    """Three FrozenLake rollouts form one group; the solver/judge episodes give one group per role."""
-    rows = read(TO_DICT)
+@pytest.mark.parametrize("source", DUMPS, ids=lambda p: p.parent.name if p.is_file() else p.name)
+def test_groups_are_one_task_and_one_agent(source):
+    """The FrozenLake rollouts form one group; the solver/judge episodes give one group per role."""
     groups: dict[str, set[str]] = {}
-    for row in rows:
+    for row in read(source):
         groups.setdefault(row["group_id"], set()).add(row["traj_id"])
-    assert {g.rsplit("/", 1)[1]: len(t) for g, t in groups.items()} == {
-        "lake-3:frozenlake_agent": 3,
-        "math-17:solver": 2,
-        "math-17:judge": 2,
-    }
+    lake = {"lake-3:frozenlake_agent": 3} if source == TO_DICT else {"lake-5:frozenlake_agent": 2}
+    assert {g.rsplit("/", 1)[1]: len(t) for g, t in groups.items()} == {**lake, "math-17:solver": 2, "math-17:judge": 2}
 
 
-def test_both_files_of_an_episode_agree():
+@pytest.mark.parametrize(
+    ("logged", "dump"),
+    [(LOGGED, TO_DICT), *[(d, d.parents[1] / "results.json") for d in LOGGED_DIRS[1:]]],
+    ids=lambda p: p.parents[1].name if p.name.startswith("train_step") else None,
+)
+def test_both_files_of_an_episode_agree(logged, dump):
     """The logger's file and to_dict's of the same episode give the same chat, rewards and flags."""
     columns = ("step_idx", "reward", "done", "messages", "action", "observation", "parsed_action", "episode_reward")
-    logged = {(r["episode_id"], r["traj_name"], r["step_idx"]): r for r in read(LOGGED)}
-    dumped = {(r["episode_id"], r["traj_name"], r["step_idx"]): r for r in read(TO_DICT)}
-    assert logged.keys() == dumped.keys()
-    for key, row in logged.items():
+    by_logger = {(r["episode_id"], r["traj_name"], r["step_idx"]): r for r in read(logged)}
+    dumped = {(r["episode_id"], r["traj_name"], r["step_idx"]): r for r in read(dump)}
+    assert by_logger.keys() == dumped.keys()
+    for key, row in by_logger.items():
         assert {c: row[c] for c in columns} == {c: dumped[key][c] for c in columns}
 
 
@@ -144,18 +172,6 @@ def test_a_null_done_reads_as_absent(tmp_path):
 
 def test_batch_summary_is_passed_over():
     assert read(LOGGED / "batch_summary.json") == []
-
-
-def test_newer_logger_fields_are_kept(tmp_path):
-    """EpisodeLogger at 0de8298 adds `session_id` and `metadata`: a column and an extra entry."""
-    episode = json.loads(episode_files(LOGGED)[0].read_text())
-    episode["session_id"] = "sess-9"
-    episode["metadata"] = {"sampler": "vllm"}
-    path = tmp_path / "episode.json"
-    path.write_text(json.dumps(episode))
-    row = read(path)[0]
-    assert row["session_id"] == "sess-9"
-    assert row["extra"]["episode"]["metadata"] == {"sampler": "vllm"}
 
 
 def test_a_chat_without_the_answer_takes_model_response(tmp_path):
@@ -340,6 +356,18 @@ def test_a_bad_episode_names_file_place_and_field(tmp_path, change, message):
     assert str(err.value).startswith(f"{path}: {message}")
 
 
+def test_a_broken_episode_of_a_list_names_its_place(tmp_path):
+    """A dump of a whole run (`json.dump([e.to_dict() for e in results])`): the error names the
+    episode's place in the list."""
+    episodes = json.loads((VERSIONS / "v0.3.0-pre" / "results.json").read_text())
+    episodes[1]["trajectories"][0]["steps"][1].pop("reward")
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(episodes))
+    with pytest.raises(GacaError) as err:
+        read(path)
+    assert str(err.value) == f"{path}: [1].trajectories[0].steps[1]: field 'reward': missing"
+
+
 def test_a_file_that_is_not_json_names_its_line(tmp_path):
     path = tmp_path / "e.json"
     path.write_text('{\n  "id": "x:0",\n  "trajectories": [,]\n}\n')
@@ -389,6 +417,21 @@ def test_the_observation_is_gigpos_anchor_with_map(tmp_path):
     res = runner.invoke(app, ["advantages", str(everything), "--method", "gigpo", "--map", "anchor_obs=observation"])
     assert res.exit_code == 1
     assert "column 'observation': must not be null" in res.output
+
+
+def test_a_torch_save_pickle_is_one_error(tmp_path):
+    """rLLM 0.1's only saving code, `save_trajectories` (in every later version too), pickles the
+    Trajectory objects with torch.save: one Error line, nothing written."""
+    path = VERSIONS / "v0.1" / "trajectories.pt"
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "rllm", str(path), "-o", str(out)])
+    assert res.exit_code == 1
+    assert [line for line in res.output.splitlines() if line.startswith("Error:")] == [
+        f"Error: {path}: a torch.save pickle (rLLM's save_trajectories writes one), which gaca does not unpickle: "
+        "save the episodes as JSON (EpisodeLogger, or json.dump of Episode.to_dict(), rLLM 0.2.0 and later) and "
+        "import those"
+    ]
+    assert not out.exists() and "Traceback" not in res.output
 
 
 def test_gaca_import_from_rllm_bad_input_writes_nothing(tmp_path):

@@ -37,8 +37,8 @@ INFO = FormatInfo(
     "token ids and log-probs from Episode.to_dict()",
     lacks="anchors under that name (the observation is kept: --map anchor_obs=observation); "
     "token ids and log-probs in EpisodeLogger files",
-    source="rllm-org/rllm: rllm/utils/episode_logger.py @ f56cb74 (EpisodeLogger.log_episode), "
-    "rllm/agents/agent.py @ 1da0085 (Step/Trajectory/Episode.to_dict)",
+    source="rllm-org/rllm v0.2.0 to main @ 9beb6e0: rllm/utils/episode_logger.py (EpisodeLogger.log_episode), "
+    "rllm/agents/agent.py or rllm/types.py (Step/Trajectory/Episode.to_dict)",
     mapped={
         "messages": "steps[].chat_completions without its last message (the model's answer)",
         "action": "the last message of chat_completions (its text, then tool calls as JSON); model_response when "
@@ -79,6 +79,8 @@ INFO = FormatInfo(
 
 #: the file EpisodeLogger.log_episodes_batch writes beside the episodes
 SUMMARY = "batch_summary.json"
+PICKLE = "a torch.save pickle (rLLM's save_trajectories writes one), which gaca does not unpickle: save the episodes "
+PICKLE += "as JSON (EpisodeLogger, or json.dump of Episode.to_dict(), rLLM 0.2.0 and later) and import those"
 
 EPISODE_KEYS = {"trajectories", "is_correct"}  # and the one of `id`, `episode_id` that is its id
 EPISODE_COLUMNS = ("termination_reason", "training_step", "epoch", "task_hash", "session_id")
@@ -239,17 +241,19 @@ def _step_row(step: Any, path: Path, where: str) -> tuple[dict[str, Any], dict[s
     return row, {**extra, **nested, **({"model_output": output} if output else {})}
 
 
-def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
-    episode = declared(_Episode, record, path, None)
+def _episode(path: Path, record: Any, at: str) -> Iterator[dict[str, Any]]:
+    """The rows of the episode `record`, `at` in its file ("" the whole file, "[3]." its 4th element)."""
+    top = at[:-1] or None
+    episode = declared(_Episode, record, path, top)
     id_key = "episode_id" if "episode_id" in record else "id"
     episode_id = str(episode.episode_id if id_key == "episode_id" else episode.id)
     episode_row = {"episode_id": episode_id, "success": episode.is_correct}
     episode_row.update((key, record[key]) for key in EPISODE_COLUMNS if key in record)
     used = {id_key, *EPISODE_KEYS, *EPISODE_COLUMNS}
-    episode_columns, episode_extra = _kept({k: v for k, v in record.items() if k not in used}, path, None, "episode")
+    episode_columns, episode_extra = _kept({k: v for k, v in record.items() if k not in used}, path, top, "episode")
     task_id = _group_of(episode_id, record)
     for k, trajectory in enumerate(episode.trajectories):
-        where = f"trajectories[{k}]"
+        where = f"{at}trajectories[{k}]"
         declared_trajectory = declared(_Trajectory, trajectory, path, where)
         name, steps = declared_trajectory.name, declared_trajectory.steps
         traj_row: dict[str, Any] = {"traj_name": name, "traj_uid": _text(trajectory.get("uid"))}
@@ -265,7 +269,7 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
             # the step's kept fields are never named like these columns (`_kept`), nor like the
             # trajectory's and the episode's kept ones but by a clash `_join` refuses
             step_where = f"{where}.steps[{i}]"
-            row = {"group_id": f"{path.parent}/{task_id}:{name}", "traj_id": f"{path}:t{k}", "step_idx": i}
+            row = {"group_id": f"{path.parent}/{task_id}:{name}", "traj_id": f"{path}:{at}t{k}", "step_idx": i}
             row.update({**step_row, **traj_row, **episode_row})
             _join(row, traj_columns, "trajectory", path, step_where)
             _join(row, episode_columns, "episode", path, step_where)
@@ -275,8 +279,12 @@ def _episode(path: Path, record: Any) -> Iterator[dict[str, Any]]:
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     """One row per Step of every trajectory of every episode file (one small JSON document
-    each); `batch_summary.json` is passed over."""
+    each: an episode, or a list of them as rLLM's examples save a run); `batch_summary.json`
+    is passed over, and a `.pt` file (`save_trajectories`' pickle) is refused."""
     for path in files:
-        if path.name == SUMMARY:
-            continue
-        yield from _episode(path, read_json(path))
+        if path.suffix == ".pt":
+            raise SourceError(path, None, None, PICKLE)
+        document = read_json(path) if path.name != SUMMARY else []
+        listed = isinstance(document, list)
+        for j, record in enumerate(document if listed else [document]):
+            yield from _episode(path, record, f"[{j}]." if listed else "")
