@@ -26,6 +26,7 @@ from gaca_cli.integrations.imports.core import run_import
 
 DATA = Path(__file__).parents[1] / "data"
 VERIFIERS = DATA / "verifiers"
+REAL_VERIFIERS = Path(__file__).parents[3] / "shared" / "data" / "verifiers" / "real"
 
 #: (format, the files of one import); summaries the importers pass over are not records
 FIXTURES = [
@@ -60,6 +61,8 @@ FIXTURES = [
     ("verifiers", [VERIFIERS / "evals" / "math-tools--tiny-model" / "run0" / "results.jsonl"]),
     ("verifiers", sorted((VERIFIERS / "v04").glob("*/traces.jsonl"))),
     *[("verifiers", [p]) for p in sorted((VERIFIERS / "versions").glob("*/results.jsonl"))],
+    # real vf-eval runs, where the shared folder beside the checkout holds them (not in this repository)
+    *[("verifiers", [p]) for p in sorted(REAL_VERIFIERS.glob("*/*/results.jsonl"))],
     *[("verl", [p]) for p in sorted((DATA / "verl" / "versions").glob("*/*.jsonl"))],
 ]
 

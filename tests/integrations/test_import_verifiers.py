@@ -1,14 +1,16 @@
-"""`gaca import --from verifiers`: vf-eval results.jsonl + metadata.json (verifiers 0.3) and
+"""`gaca import --from verifiers`: vf-eval results.jsonl + metadata.json (verifiers 0.1-0.3) and
 traces.jsonl (verifiers 0.4), from tests/data/verifiers.
 
 The fixtures were written by verifiers' own code (0.3.1 `save_outputs` / `save_metadata`;
-0.4.0 `prepare_turn` / `PendingTurn.commit` / `write_episode`); every value is checked against
-them read here with `json`.
+0.4.0 `prepare_turn` / `PendingTurn.commit` / `write_episode`; older release lines); three
+real vf-eval runs committed in the verifiers repository are tested where the shared folder
+beside the checkout holds them. Every value is checked against the files read here with `json`.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 
@@ -467,3 +469,96 @@ def test_what_follows_the_last_turn_is_kept_through_advantages_and_shown(tmp_pat
     res = gaca("inspect", out, "--traj", f"{RESULTS}:4")
     assert res.exit_code == 0, res.output
     assert "after the last step: tool:" in " ".join(res.stdout.split())
+
+
+# --- real runs: vf-eval outputs committed in the verifiers repository (MIT) -----------------
+# Not in this repository: read from the project's shared folder beside the checkout when it
+# holds them (tests/data/verifiers/README.md lists them with their sha256).
+
+REAL = Path(__file__).parents[3] / "shared" / "data" / "verifiers" / "real"
+REAL_RUNS = ["wordle/b5161fc3", "math_python/25f52552", "arc_agi_3/8bf05aed"]
+needs_real_runs = pytest.mark.skipif(not REAL.is_dir(), reason=f"the real vf-eval runs are not in {REAL}")
+
+
+@needs_real_runs
+def test_real_runs_are_the_upstream_files_with_their_license():
+    assert "MIT License" in (REAL / "LICENSE").read_text("utf-8")
+    readme = (Path(__file__).parents[1] / "data" / "verifiers" / "README.md").read_text("utf-8")
+    files = sorted(p for p in REAL.glob("*/*/*") if p.is_file())
+    assert [str(p.parent.relative_to(REAL)) for p in files[::2]] == sorted(REAL_RUNS)
+    assert [p.name for p in files] == ["metadata.json", "results.jsonl"] * len(REAL_RUNS)
+    for path in [*files, REAL / "LICENSE"]:  # each file whole, as upstream: its sha256 is in the README
+        name = path.relative_to(REAL).as_posix()
+        assert f"| `{name}`" in readme and hashlib.sha256(path.read_bytes()).hexdigest() in readme, name
+
+
+@needs_real_runs
+@pytest.mark.parametrize("run", REAL_RUNS)
+def test_real_vf_eval_run_imports_with_its_groups_rewards_and_final_feedback(tmp_path, run):
+    """A real run of the 0.1 era (rollouts keyed `id`, rubric scores as top-level keys, `env` in
+    metadata.json), imported by the CLI from its folder: one step per assistant turn, the file's
+    reward on the last, one group per example (its prompt, answer and info), and whatever
+    follows the last turn (a word game's closing feedback) kept as final_observation."""
+    folder = REAL / run
+    results = folder / "results.jsonl"
+    source = [json.loads(line) for line in results.read_text("utf-8").splitlines()]
+    metadata = json.loads((folder / "metadata.json").read_text("utf-8"))
+    out = tmp_path / "log.parquet"
+    summary = import_json("verifiers", folder, out=out)
+    rows = pq.read_table(out).to_pylist()
+    turns = [[i for i, m in enumerate(rec["completion"]) if m["role"] == "assistant"] for rec in source]
+    assert len(source) == metadata["num_examples"] * metadata["rollouts_per_example"]
+    assert (summary["rows"], summary["trajectories"], summary["groups"]) == (
+        sum(map(len, turns)),
+        len(source),
+        metadata["num_examples"],
+    )
+    trajs = by_traj(rows)
+    group_of: dict[str, list[int]] = {}
+    for n, (rec, at) in enumerate(zip(source, turns, strict=True), start=1):
+        steps = sorted(trajs[f"{results}:{n}"], key=lambda s: s["step_idx"])
+        assert [s["step_idx"] for s in steps] == list(range(len(at)))
+        assert [s["reward"] for s in steps] == [0.0] * (len(at) - 1) + [rec["reward"]]
+        assert [s["done"] for s in steps] == [False] * (len(at) - 1) + [True]
+        scores = {k: v for k, v in rec.items() if isinstance(v, float) and k != "reward"}  # rubric, timings
+        for s in steps:
+            assert (s["episode_reward"], s["id"], s["task"]) == (rec["reward"], rec["id"], rec["task"])
+            assert (s["env_id"], s["model"]) == (metadata["env"], metadata["model"])
+            assert {k: s[k] for k in scores} == scores
+        tools = any(m.get("tool_calls") for m in rec["completion"])
+        for s, i in zip(steps, at, strict=True):
+            chat = rec["prompt"] + rec["completion"][:i]  # the context of a turn: the chat before it
+            assert len(s["messages"]) == len(chat)
+            assert s["messages"][-1] == {"role": chat[-1]["role"], "content": chat[-1]["content"]}
+            if not tools:  # a text chat is kept as it is
+                assert (s["messages"], s["action"]) == (chat, rec["completion"][i]["content"])
+        tail = rec["completion"][at[-1] + 1 :]
+        assert steps[-1].get("final_observation") == (
+            "\n".join(f"{m['role']}: {m['content']}" for m in tail) if tail else None
+        )
+        group_of.setdefault(steps[0]["group_id"], []).append(n - 1)
+    example = lambda i: json.dumps([source[i][k] for k in ("prompt", "answer", "info") if k in source[i]])  # noqa: E731
+    assert all(len({example(i) for i in group}) == 1 for group in group_of.values())
+    assert sorted(map(len, group_of.values())) == [metadata["rollouts_per_example"]] * metadata["num_examples"]
+    res = gaca("validate", out, "--for", "score")
+    assert res.exit_code == 0, res.output
+
+
+@needs_real_runs
+def test_real_wordle_run_groups_by_secret_word_not_by_id_and_keeps_the_games_last_feedback(tmp_path):
+    """In the 0.1 layout `id` is i // rollouts_per_example over rollout-major results: in this
+    wordle run `id` 0 holds three different secret words, all asked with the same prompt."""
+    folder = REAL / "wordle" / "b5161fc3"
+    source = [json.loads(line) for line in (folder / "results.jsonl").read_text("utf-8").splitlines()]
+    assert len({json.dumps(rec["prompt"]) for rec in source}) == 1
+    assert sorted(rec["answer"] for rec in source if rec["id"] == 0) == ["story", "thing", "water"]
+    out = tmp_path / "log.parquet"
+    import_json("verifiers", folder, out=out)
+    rows = pq.read_table(out).to_pylist()
+    words: dict[str, set[str]] = {}
+    for r in rows:
+        words.setdefault(r["group_id"], set()).add(r["answer"])
+    assert sorted(map(sorted, words.values())) == [["sleep"], ["story"], ["thing"], ["voice"], ["water"]]
+    last = [r for r in rows if r["done"]]
+    assert len(last) == 15 and all(r["final_observation"].startswith("user: ") for r in last)
+    assert last[0]["final_observation"] == "user: \nS H I R T\nG X X G Y\nYou have 4 guesses left.\n[GAME] [story]"
