@@ -59,6 +59,11 @@ FIXTURES = [
     ("verifiers", sorted((VERIFIERS / "v04").glob("*/traces.jsonl"))),
     *[("verifiers", [p]) for p in sorted((VERIFIERS / "versions").glob("*/results.jsonl"))],
     *[("verl", [p]) for p in sorted((DATA / "verl" / "versions").glob("*/*.jsonl"))],
+    *[
+        ("skyrl", [p])
+        for p in sorted((DATA / "skyrl" / "versions").rglob("*.jsonl"))
+        if p.name != "aggregated_results.jsonl"
+    ],
 ]
 
 
