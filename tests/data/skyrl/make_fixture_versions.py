@@ -8,19 +8,21 @@ lays them out. Run it in a throwaway Python 3.11 virtual environment that has th
     /work/venvs/skyrl-0.3.0/bin/pip install --no-deps -r tests/data/skyrl/versions/0.3.0/requirements-fixture.txt
     PYTHONPATH=. /work/venvs/skyrl-0.3.0/bin/python tests/data/skyrl/make_fixture_versions.py
 
-(the same for 0.2.0 and 0.1.0; msgspec is there for gaca's writer). The rollouts, rewards and log-probs are make_fixture.py's; what
-is the release's own:
+(the same for 0.2.0 and 0.1.0; msgspec is in each for gaca's writer). The rollouts, rewards and
+log-probs are make_fixture.py's; what is the release's own:
 
 - the eval dumps: its `evaluate` (`skyrl/train/evaluate.py`), or, for a step-wise run, its
   `evaluate_step_wise`, which the release's `RayPPOTrainer.eval` calls when
   `generator.step_wise_trajectories` is set (0.4.0 has one `evaluate` for both); both end in the
   release's `dump_per_dataset_eval_results`. The eval set is read by its `PromptDataset` and
-  `build_dataloader`, the config is its default `SkyRLTrainConfig`.
+  `build_dataloader` (0.1.0 and 0.2.0 have no `data.dataloader.num_workers`: their dataloader runs
+  in-process with `generator.inference_engine.enable_http_endpoint`), the config is its default
+  `SkyRLTrainConfig`.
 - the generator output: `prepare_generator_input` (TrajectoryIDs, uids), its
   `validate_generator_output` (0.1.0 has no `step_wise` argument: its trainer does not validate
   step-wise output, so neither does this script), and only the fields the release's
-  `GeneratorOutput` declares (0.1.0 has no `env_metrics` and no `trajectory_generation_times`,
-  0.2.0 no `trajectory_generation_times`). gaca's `write_generator_output` writes them.
+  `GeneratorOutput` declares (0.1.0 and 0.2.0 have no `env_metrics` and no
+  `trajectory_generation_times`). gaca's `write_generator_output` writes them.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ OUT = Path(__file__).resolve().parent / "versions" / RELEASE
 
 
 def main() -> None:
-    if sys.version_info < (3, 12):
+    if sys.version_info < (3, 12) and RELEASE != "0.1.0":
         # skyrl 0.2.0 and 0.3.0 declare Python >= 3.11, but `import skyrl.train.evaluate` reaches
         # skyrl/tinker/types.py, whose pydantic models hold a `typing.TypedDict`, which pydantic
         # refuses before Python 3.12. Its drop-in, typing_extensions.TypedDict, is accepted; no
