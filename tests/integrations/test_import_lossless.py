@@ -64,6 +64,11 @@ FIXTURES = [
     # real vf-eval runs, where the shared folder beside the checkout holds them (not in this repository)
     *[("verifiers", [p]) for p in sorted(REAL_VERIFIERS.glob("*/*/results.jsonl"))],
     *[("verl", [p]) for p in sorted((DATA / "verl" / "versions").glob("*/*.jsonl"))],
+    *[
+        ("skyrl", [p])
+        for p in sorted((DATA / "skyrl" / "versions").rglob("*.jsonl"))
+        if p.name != "aggregated_results.jsonl"
+    ],
 ]
 
 

@@ -30,6 +30,13 @@ LINES = {  # rollout lines per dump file, as make_fixture.py asked SkyRL for the
 }
 STEPWISE = DATA / "generator_stepwise.jsonl"
 BATCH = DATA / "generator_batch.jsonl"
+# older releases (make_fixture_versions.py): the same runs; GeneratorOutput fields each one lacks
+RELEASES = {
+    "0.1.0": {"env_metrics", "trajectory_generation_times"},
+    "0.2.0": {"env_metrics", "trajectory_generation_times"},
+    "0.3.0": set(),
+}
+VERSION_FILES = sorted(p.relative_to(DATA / "versions") for p in (DATA / "versions").rglob("*.jsonl"))
 EVAL_COLUMNS = ("group_id", "traj_id", "step_idx", "reward", "done", "prompt", "action")
 EVAL_COLUMNS += ("stop_reason", "env_class", "data_source", "extra")
 
@@ -262,6 +269,41 @@ def test_write_generator_output_one_line_per_row(tmp_path):
         skyrl.write_generator_output(path, out, ["a"])
 
 
+# -- older releases (versions/<release>/, written by that release's own code) ------------------
+
+
+@pytest.mark.parametrize("name", VERSION_FILES, ids=str)
+def test_older_release_writes_the_same_records_less_the_fields_it_lacks(name):
+    """skyrl 0.1.0-0.3.0 dump the same eval lines as 0.4.0 (the same dump_per_dataset_eval_results);
+    their generator rows lack the GeneratorOutput fields the release does not declare; their
+    aggregated metrics lack some generate/* ones (all of them for a step-wise run)."""
+    release, rel = name.parts[0], Path(*name.parts[1:])
+    old, new = lines(DATA / "versions" / name), lines(DATA / rel)
+    assert len(old) == len(new) > 0
+    for o, n in zip(old, new):
+        if rel.name == "aggregated_results.jsonl":
+            assert o.items() <= n.items()
+            assert all(k in o for k in n if "/generate/" not in k)
+        else:
+            assert o == {k: v for k, v in n.items() if k not in RELEASES[release]}
+
+
+@pytest.mark.parametrize("name", [n for n in VERSION_FILES if n.name != "aggregated_results.jsonl"], ids=str)
+def test_older_release_imports_as_the_040_fixture_less_the_fields_it_lacks(name):
+    release, rel = name.parts[0], Path(*name.parts[1:])
+    old_path, new_path = DATA / "versions" / name, DATA / rel
+    got, want = read(old_path), read(new_path)
+    assert len(got) == len(want) > 0
+    lacks = RELEASES[release]
+    for g, w in zip(got, want):
+        g = {k: v.replace(str(old_path), str(new_path)) if isinstance(v, str) else v for k, v in g.items()}
+        if "trajectory_generation_times" in lacks:
+            w.pop("generation_time_s", None)
+        if "env_metrics" in lacks and w.get("extra", {}).keys() == {"env_metrics"}:
+            del w["extra"]
+        assert g == w
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 GOOD = lines(STEPWISE)[0]
@@ -327,7 +369,21 @@ def test_eval_fields_named_like_columns_gaca_writes_are_kept_as_source_names(tmp
 # -- the command ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", [EVALS, EVAL_ONLY, EVALS_STEPWISE, STEPWISE, BATCH])
+OLDEST = DATA / "versions" / "0.1.0"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        EVALS,
+        EVAL_ONLY,
+        EVALS_STEPWISE,
+        STEPWISE,
+        BATCH,
+        OLDEST / "dumped_evals" / "global_step_5_evals",
+        OLDEST / "generator_stepwise.jsonl",
+    ],
+)
 def test_cli_import_writes_a_valid_log(tmp_path, source):
     out = tmp_path / "log.parquet"
     import_json("skyrl", source, out=out)

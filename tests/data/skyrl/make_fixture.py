@@ -125,7 +125,10 @@ def run_evaluate(
     cfg.trainer.export_path = str(folder)
     cfg.trainer.eval_batch_size = len(rows)
     cfg.trainer.dump_eval_results = True
-    cfg.data.dataloader.num_workers = 0
+    if hasattr(cfg.data, "dataloader"):
+        cfg.data.dataloader.num_workers = 0
+    else:  # skyrl 0.1, 0.2 (make_fixture_versions.py): no worker processes only with the HTTP endpoint on
+        cfg.generator.inference_engine.enable_http_endpoint = True
     cfg.generator.eval_n_samples_per_prompt = 2
     cfg.generator.step_wise_trajectories = step_wise
     cfg.environment.env_class = "house"
