@@ -1,10 +1,15 @@
 """`--from art`: the rows read from files openpipe-art 0.5.18 wrote (tests/data/art/), checked
-value by value against the files read here with pyarrow and json, and the command end to end."""
+value by value against the files read here with pyarrow and json, and the command end to end;
+the files older releases wrote (tests/data/art/versions/<release>/: JSONL from 0.4, YAML before)."""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,11 +21,18 @@ from gaca_cli.cli import app
 from gaca_cli.errors import GacaError
 from gaca_cli.integrations.imports import art
 from gaca_cli.integrations.imports.base import ImportOptions
+from tests.integrations.test_import_lossless import Output, leaves
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "art"
 TRAIN = DATA / "trajectories" / "train" / "0000.parquet"
 VAL = DATA / "trajectories" / "val" / "0001.parquet"
 LEGACY = DATA / "legacy" / "trajectories" / "train" / "0000.jsonl"
+VERSIONS = DATA / "versions"
+#: the releases that wrote YAML (`trajectories/<split>/<step>.yaml`), and those that wrote JSONL
+YAML_RELEASES = ["0.1.25", "0.2.0", "0.3.13"]
+JSONL_RELEASES = ["0.4.12"]
+#: the gaca columns two writers given the same groups agree on
+COLUMNS = ("step_idx", "reward", "episode_reward", "done", "messages", "action", "trainable", "group_index")
 runner = CliRunner()
 
 
@@ -108,11 +120,10 @@ def test_the_fixture_has_what_the_tests_rely_on():
 def test_the_legacy_jsonl_reads_as_the_parquet_file_of_the_same_groups():
     """`serialize_trajectory_groups` (ART before 0.5) and `write_trajectory_groups_parquet` were
     given the same groups: the rows agree on every gaca column (ids aside, which name the file)."""
-    columns = ("step_idx", "reward", "episode_reward", "done", "messages", "action", "trainable", "group_index")
     old, new = read(LEGACY), read(TRAIN)
     assert len(old) == len(new)
     for a, b in zip(old, new):
-        assert {c: a[c] for c in columns} == {c: b[c] for c in columns}
+        assert {c: a[c] for c in COLUMNS} == {c: b[c] for c in COLUMNS}
         assert a["traj_id"].removeprefix(str(LEGACY)) == b["traj_id"].removeprefix(str(TRAIN))
         for key in ("metrics", "metadata", "tools", "logs", "tool_call_ids"):
             assert a.get("extra", {}).get(key) == b.get("extra", {}).get(key)
@@ -134,6 +145,73 @@ def test_every_value_of_the_legacy_jsonl():
                 assert row["episode_reward"] == trajectory["reward"]
                 assert row["extra"]["metrics"] == trajectory["metrics"]
             assert steps[-1]["reward"] == trajectory["reward"] and steps[-1]["done"]
+
+
+def test_the_release_fixtures_are_all_there():
+    """Every release line's fixture: 0.4 wrote JSON lines, 0.1 to 0.3 YAML, for train and val."""
+    for release in [*YAML_RELEASES, *JSONL_RELEASES]:
+        ext = "yaml" if release in YAML_RELEASES else "jsonl"
+        files = sorted(str(p.relative_to(VERSIONS / release)) for p in (VERSIONS / release).rglob("*.*"))
+        assert files == [f"trajectories/train/0000.{ext}", f"trajectories/val/0000.{ext}"], release
+    assert sorted(p.name for p in VERSIONS.iterdir()) == sorted([*YAML_RELEASES, *JSONL_RELEASES])
+
+
+@pytest.mark.parametrize("release", JSONL_RELEASES)
+def test_a_jsonl_release_reads_as_the_05_jsonl_of_the_same_groups(release):
+    """0.4's `Model.log` wrote the groups of make_fixture.py as JSON lines: the same rows as the
+    JSONL 0.5.18's `serialize_trajectory_groups` wrote (ids aside), and every value there."""
+    path = VERSIONS / release / "trajectories" / "train" / "0000.jsonl"
+    rows, legacy = read(path), read(LEGACY)
+    assert len(rows) == len(legacy) == 11
+    for a, b in zip(rows, legacy):
+        assert {c: a.get(c) for c in (*COLUMNS, "finish_reason")} == {c: b.get(c) for c in (*COLUMNS, "finish_reason")}
+        assert a["split"] == "train" and a["training_step"] == 0
+        for key in ("metadata", "tools", "logs", "tool_call_ids"):
+            assert a.get("extra", {}).get(key) == b.get("extra", {}).get(key)
+    val = read(VERSIONS / release / "trajectories" / "val" / "0000.jsonl")
+    assert [(r["split"], r["episode_reward"]) for r in val] == [("val", -0.5)] * 2
+
+
+@pytest.mark.parametrize("release", YAML_RELEASES)
+def test_a_yaml_release_is_refused_with_what_to_do_and_reads_once_converted(tmp_path, release):
+    """Before 0.4, `Model.log` wrote YAML: one `Error:` line names the file and the command that
+    converts it; run as printed, the converted run imports, every value of the YAML in the log."""
+    import yaml
+
+    trajectories = tmp_path / "trajectories"
+    shutil.copytree(VERSIONS / release / "trajectories", trajectories)
+    out = tmp_path / "log.parquet"
+    for source in sorted(trajectories.rglob("*.yaml")):
+        res = runner.invoke(app, ["import", "--from", "art", str(trajectories), "-o", str(out)])
+        assert res.exit_code == 1 and not out.exists()
+        (error,) = [line for line in res.output.splitlines() if line.startswith("Error:")]
+        assert error.startswith(f"Error: {source}: a YAML trajectory file (openpipe-art before 0.4)")
+        command = re.search(r": (python -c .*) > (\S+), then import again", error)
+        assert command and command[2] == str(source.with_suffix(".jsonl")), error
+        args = shlex.split(command[1])
+        assert args[-1] == str(source)
+        with open(command[2], "w") as converted:
+            subprocess.run([sys.executable, *args[1:]], stdout=converted, check=True)
+    res = runner.invoke(app, ["import", "--from", "art", str(trajectories), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["rows"] == 13
+    rows = pq.read_table(out).to_pylist()
+    output = Output(rows)
+    for source in trajectories.rglob("*.yaml"):
+        groups = yaml.safe_load(source.read_text())
+        assert not [leaf for leaf in leaves(groups) if not output.holds(leaf)]
+    train = [r for r in rows if r["split"] == "train"]
+    for a, b in zip(train, read(LEGACY)):
+        assert {c: a[c] for c in COLUMNS} == {c: b[c] for c in COLUMNS}
+    assert json.loads(train[0]["extra"])["group_fields"] == {"metadata": {"task_id": "door-1"}}
+
+
+def test_a_yaml_file_outside_arts_layout_is_passed_over(tmp_path):
+    """A model directory's other YAML (a checkpoint's info.yaml) is not a trajectory file."""
+    (tmp_path / "checkpoints" / "0001").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "0001" / "info.yaml").write_text("step: 1\n")
+    shutil.copy(LEGACY, tmp_path / "0000.jsonl")
+    assert len(read(*sorted(tmp_path.rglob("*.*")))) == 11
 
 
 def test_history_jsonl_beside_the_trajectories_is_passed_over(tmp_path):

@@ -27,7 +27,7 @@ from gaca_cli.integrations.imports.base import (
 INFO = FormatInfo(
     name="art",
     summary="OpenPipe ART trajectory files (trajectories/<split>/<step>.parquet, or the older .jsonl): one step per assistant turn",
-    suffixes=(".parquet", ".jsonl"),
+    suffixes=(".parquet", ".jsonl", ".yaml"),
     carries="whole chats with tool calls, trajectory reward, group membership, metrics and metadata",
     lacks="per-step rewards, anchors, token ids, log-probs (ART's files drop the Choices' logprobs)",
     source="openpipe-art 0.5.18, art/utils/trajectory_logging.py (write_trajectory_groups_parquet, called by "
@@ -57,6 +57,12 @@ INFO = FormatInfo(
 #: the metrics log `Model.log` writes in the model directory, next to `trajectories/`
 HISTORY = "history.jsonl"
 
+#: what to do with ART's YAML files (`trajectories/<split>/<step>.yaml`, openpipe-art before 0.4)
+YAML = (
+    "a YAML trajectory file (openpipe-art before 0.4), which gaca does not read; convert it to JSON lines beside it: "
+    'python -c "import json, sys, yaml; print(*map(json.dumps, yaml.safe_load(open(sys.argv[1]))), sep=chr(10))" '
+    "{} > {}, then import again (a .yaml file with its .jsonl beside it is passed over)"
+)
 #: the trajectory-level fields kept in `extra` (JSON text in the Parquet files, objects in JSONL)
 KEPT = ("metrics", "metadata", "tools", "logs", "group_metadata", "group_metrics", "group_logs")
 #: the columns the rows get: a source column of one of these names is kept as source_<name>
@@ -197,9 +203,11 @@ def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
     """One row per assistant turn of every trajectory, file by file (Parquet by record batches,
-    JSONL line by line). ART's `history.jsonl` (aggregate metrics, beside `trajectories/`) is
-    not a trajectory file and is passed over."""
+    JSONL line by line). ART's `history.jsonl` (aggregate metrics), other YAML files (a
+    checkpoint's `info.yaml`) and a YAML file converted to the `.jsonl` beside it are passed over."""
     for path in files:
-        if path.name == HISTORY:
+        if path.suffix == ".yaml" and _layout(path) and not (converted := path.with_suffix(".jsonl")).exists():
+            raise SourceError(path, None, None, YAML.format(path, converted))
+        if path.name == HISTORY or path.suffix == ".yaml":
             continue
         yield from _read_jsonl(path) if path.suffix == ".jsonl" else _read_parquet(path)
