@@ -59,6 +59,7 @@ FIXTURES = [
     ("verifiers", sorted((VERIFIERS / "v04").glob("*/traces.jsonl"))),
     *[("verifiers", [p]) for p in sorted((VERIFIERS / "versions").glob("*/results.jsonl"))],
     *[("verl", [p]) for p in sorted((DATA / "verl" / "versions").glob("*/*.jsonl"))],
+    *[("swift", [p]) for p in sorted((DATA / "swift" / "versions").glob("*/completions.jsonl"))],
 ]
 
 
