@@ -71,6 +71,7 @@ FIXTURES = [
     ],
     # the releases that wrote YAML are held in test_import_art.py (converted as the error says)
     *[("art", [p]) for p in sorted((DATA / "art" / "versions").glob("*/trajectories/*/*.jsonl"))],
+    *[("swift", [p]) for p in sorted((DATA / "swift" / "versions").glob("*/completions.jsonl"))],
 ]
 
 

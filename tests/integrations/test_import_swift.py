@@ -1,6 +1,6 @@
-"""`--from swift`: the rows read from the completions.jsonl a real ms-swift 4.6.0 GRPO run wrote
-(tests/data/swift/), checked value by value against the file read here with json, and the
-command end to end."""
+"""`--from swift`: the rows read from the completions.jsonl files real ms-swift GRPO runs wrote
+(tests/data/swift/: 4.6.0, and 3.12.6, 3.7.3, 3.5.3, 3.4.1 under versions/), checked value by
+value against the file read here with json, and the command end to end."""
 
 from __future__ import annotations
 
@@ -130,7 +130,10 @@ def test_every_value_of_the_ray_driver_lines():
     [
         (lambda t: t.pop("step"), "line 1: field 'step': missing"),
         (lambda t: t.update(completion=t["completion"][:-1]), "line 1: field 'completion': must be a list of 4 values"),
-        (lambda t: t.pop("advantages"), "line 1: field 'advantages': missing"),
+        (
+            lambda t: t["prompt"].__setitem__(1, 5),
+            "line 1, completion 1: field 'prompt': must be text or a list of chat",
+        ),
         (lambda t: t["HasE"].__setitem__(2, "yes"), "line 1, completion 2: field 'HasE': must be a number"),
         (lambda t: t["step"].__setitem__(0, "one"), "line 1, completion 0: field 'step': must be an integer"),
         (lambda t: t["completion"].__setitem__(3, None), "line 1, completion 3: field 'completion': must be text"),
@@ -251,3 +254,65 @@ def test_gaca_import_from_swift_bad_input_writes_nothing(tmp_path):
     assert errors == [f"Error: {bad}: line 1, completion 1: field 'Brevity': must be a number, got \"short\""]
     assert not out.exists()
     assert list(tmp_path.iterdir()) == [bad]
+
+
+# --- the layouts of earlier releases (versions/, written by make_fixture_versions.py) ----
+
+VERSIONS = DATA / "versions"
+#: each release's keys: 3.3 and 3.4 log the prompt as chat messages and no advantages, 3.5
+#: and 3.6 the templated prompt, 3.7 `advantage` (and entropy), 3.8 on the layout of 4.x
+LAYOUTS = {
+    "3.4.1": ["step", "prompt", "completion", "HasE", "Brevity"],
+    "3.5.3": ["step", "prompt", "completion", "HasE", "Brevity"],
+    "3.7.3": ["step", "prompt", "completion", "HasE", "Brevity", "advantage", "entropy"],
+    "3.12.6": ["step", "prompt", "completion", "HasE", "Brevity", "advantages", "entropy", "solution"],
+}
+
+
+def test_a_fixture_for_each_release_layout():
+    assert sorted(p.name for p in VERSIONS.iterdir() if p.is_dir()) == sorted(LAYOUTS)
+
+
+@pytest.mark.parametrize("version", LAYOUTS)
+def test_every_value_of_each_release(version):
+    path = VERSIONS / version / "completions.jsonl"
+    table = lines(path)
+    assert [list(t) for t in table] == [LAYOUTS[version]] * len(table)
+    assert json.loads((path.parent / "args.json").read_text())["reward_weights"] == list(WEIGHTS)
+    kept = [(n, t) for n, t in enumerate(table, start=1) if n == 1 or t != table[n - 2]]
+    assert len(kept) == 2  # two logging steps; the end of training logs the last table again
+    rows = read(path)
+    assert len(rows) == sum(len(t["prompt"]) for _, t in kept)
+    it = iter(rows)
+    for number, t in kept:
+        advantages = t.get("advantages", t.get("advantage"))
+        for i in range(len(t["prompt"])):
+            row = next(it)
+            assert row["traj_id"] == f"{path}:{number}:{i}" and row["step_idx"] == 0 and row["done"] is True
+            context, other = ("prompt", "messages") if isinstance(t["prompt"][i], str) else ("messages", "prompt")
+            assert row[context] == t["prompt"][i] and other not in row
+            assert row["action"] == t["completion"][i]
+            reward = WEIGHTS[0] * t["HasE"][i] + WEIGHTS[1] * t["Brevity"][i]
+            assert row["reward"] == row["episode_reward"] == pytest.approx(reward, abs=1e-15)
+            assert (row["reward_HasE"], row["reward_Brevity"]) == (t["HasE"][i], t["Brevity"][i])
+            assert row.get("source_advantage") == (advantages[i] if advantages else None)
+            assert row["training_step"] == int(t["step"][i])
+            assert {k: row[k] for k in ("entropy", "solution") if k in t} == {
+                k: t[k][i] for k in ("entropy", "solution") if k in t
+            }
+            assert "extra" not in row
+    # a group: the completions of one prompt at one logging step (the dataset repeats its two prompts)
+    groups = {(r["group_id"], r["training_step"], json.dumps(r.get("prompt", r.get("messages")))) for r in rows}
+    assert (
+        len(groups) == len({g for g, _, _ in groups}) == len({(n, json.dumps(p)) for n, t in kept for p in t["prompt"]})
+    )
+
+
+@pytest.mark.parametrize("version", LAYOUTS)
+def test_each_release_imports_and_gets_grpo_advantages(tmp_path, version):
+    out = tmp_path / "log.parquet"
+    res = runner.invoke(app, ["import", "--from", "swift", str(VERSIONS / version), "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["rows"] == 8
+    adv = runner.invoke(app, ["advantages", str(out), "--method", "grpo", "-o", str(tmp_path / "adv.parquet")])
+    assert adv.exit_code == 0, adv.output

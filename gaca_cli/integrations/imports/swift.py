@@ -4,6 +4,7 @@ Ray driver), one row per completion, its reward the weighted sum of the reward f
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -12,15 +13,18 @@ from typing import Any
 import msgspec
 
 from gaca_cli.integrations.imports.base import (
+    CHAT,
     SCHEMA_COLUMNS,
     FormatInfo,
     ImportOptions,
     SourceError,
+    chat_messages,
     declared,
     locate,
     located,
     number,
     objects,
+    plain_chat,
     read_json,
     rest,
     with_extra,
@@ -33,18 +37,19 @@ INFO = FormatInfo(
     companions=("args.json",),
     carries="templated prompt, completion, per-function rewards, advantage, training step, extra logged columns",
     lacks="multi-step structure (a multi-turn rollout is logged as its last turn), anchors, token ids, log-probs",
-    source="ms-swift 4.6.0, swift/rlhf_trainers/grpo_trainer.py (GRPOTrainer.log, _log_rollout); "
-    "swift/megatron/trainers/grpo_trainer.py (_build_log_table); swift/ray/megatron/base_trainer.py "
-    "(_maybe_log_completions)",
+    source="ms-swift 4.6.0 and 3.3 to 3.12: swift/rlhf_trainers/grpo_trainer.py (3.x: swift/trainers/rlhf_trainer/; "
+    "GRPOTrainer.log, _log_rollout); swift/megatron/trainers/grpo_trainer.py (_build_log_table); "
+    "swift/ray/megatron/base_trainer.py (_maybe_log_completions)",
     mapped={
         "prompt": "prompt (the chat template applied)",
+        "messages": "prompt, when it is chat messages (ms-swift 3.3 and 3.4)",
         "action": "completion",
-        "reward": "the reward functions' columns (between completion and advantages), weighted by the run's "
+        "reward": "the reward functions' columns (after completion, up to advantages), weighted by the run's "
         "reward_weights (args.json beside the file, or --reward-weights) and summed, NaN counted as 0 as ms-swift "
         "does; reward (Ray layout)",
         "episode_reward": "the same sum",
         "training_step": "step (gen_step in the Megatron and Ray layouts)",
-        "source_advantage": "advantages",
+        "source_advantage": "advantages (advantage in ms-swift 3.7; none before)",
         "reward_<function>": "each reward function's column",
     },
     derived={
@@ -57,7 +62,7 @@ INFO = FormatInfo(
 )
 
 STEP_KEYS = ("step", "gen_step")
-ADVANTAGES = "advantages"
+ADVANTAGE_KEYS = ("advantages", "advantage")  # ms-swift 3.7 wrote `advantage`; before 3.7 a line has neither
 REWARD_PREFIX = "reward_"
 #: the columns a row of this format has: a logged column of one of these names (or named
 #: reward_*) is kept as source_<name>
@@ -75,14 +80,16 @@ class _RayLine(msgspec.Struct):
     gen_step: int | str
 
 
-def _row(prompt: str, completion: str, reward: float, step: int, ids: tuple[str, str]) -> dict[str, Any]:
-    """The one-step row of a completion."""
+def _row(prompt: str | list, completion: str, reward: float, step: int, ids: tuple[str, str]) -> dict[str, Any]:
+    """The one-step row of a completion (a prompt of chat messages is the row's `messages`)."""
     row = {"group_id": ids[0], "traj_id": ids[1], "step_idx": 0, "reward": reward, "episode_reward": reward}
-    return row | {"done": True, "prompt": prompt, "action": completion, "training_step": step}
+    context = {"prompt" if isinstance(prompt, str) else "messages": prompt}
+    return row | context | {"done": True, "action": completion, "training_step": step}
 
 
-def _prompt_key(prompt: str) -> str:
-    return hashlib.blake2b(prompt.encode("utf-8"), digest_size=6).hexdigest()
+def _prompt_key(prompt: str | list) -> str:
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=6).hexdigest()
 
 
 def _training_step(value: Any, path: Path, where: str, key: str) -> int:
@@ -143,26 +150,27 @@ def _table(
     for key, value in record.items():
         if not isinstance(value, list) or len(value) != n:
             raise SourceError(path, where, key, f"must be a list of {n} values, one per completion")
-    if ADVANTAGES not in record:
-        rule = "missing: without it the reward functions' columns cannot be told apart"
-        raise SourceError(path, where, ADVANTAGES, rule)
     keys = list(record)
-    functions = keys[keys.index("completion") + 1 : keys.index(ADVANTAGES)]
+    advantages = next((k for k in ADVANTAGE_KEYS if k in record), None)
+    end = keys.index(advantages) if advantages else len(keys)  # no advantages: the rest are reward functions
+    functions = keys[keys.index("completion") + 1 : end]
     if not functions:
-        raise SourceError(path, where, None, "no reward function column between 'completion' and 'advantages'")
+        raise SourceError(path, where, None, "no reward function column after 'completion'")
     weights = _weights(options, run, functions, path, where)
-    others = [k for k in keys[keys.index(ADVANTAGES) + 1 :] if k not in (step_key, "prompt", "completion")]
+    others = [k for k in keys[end + 1 :] if k not in (step_key, "prompt", "completion")]
     for i in range(n):
         here = f"{where}, completion {i}"
         prompt, completion = record["prompt"][i], record["completion"][i]
-        for key, value in (("prompt", prompt), ("completion", completion)):
-            if not isinstance(value, str):
-                raise SourceError(path, here, key, f"must be text, got {value!r:.40}")
+        if not isinstance(completion, str):
+            raise SourceError(path, here, "completion", f"must be text, got {completion!r:.40}")
+        if not isinstance(prompt, str):  # ms-swift 3.3 and 3.4 log the chat messages, not the templated text
+            prompt = plain_chat(chat_messages(prompt, path, here, "prompt", f"must be text or {CHAT}"))
         values = [_reward_value(record[f][i], path, here, f) for f in functions]
         reward = math.fsum(w * v for w, v in zip(weights, values) if not math.isnan(v))
         step = _training_step(record[step_key][i], path, here, step_key)
         row = _row(prompt, completion, reward, step, (f"{path}:{line}:{_prompt_key(prompt)}", f"{path}:{line}:{i}"))
-        row["source_advantage"] = _reward_value(record[ADVANTAGES][i], path, here, ADVANTAGES)
+        if advantages:
+            row["source_advantage"] = _reward_value(record[advantages][i], path, here, advantages)
         row.update((f"{REWARD_PREFIX}{f}", v) for f, v in zip(functions, values))
         own, extra = rest(((key, record[key][i]) for key in others), path, here, WRITTEN, (REWARD_PREFIX,))
         yield with_extra({**row, **own}, extra)
