@@ -58,7 +58,7 @@ Scores (`score_advantages`), per seed, pooled over every step of the seed's log:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -194,31 +194,21 @@ def build_corridors(config: CorridorConfig = CorridorConfig()) -> TabularEnv:
             bonus = {int(c) for c in rng.choice(forks, size=config.bonus_forks_per_task, replace=False)}
         cells = [add(f"task {k}: {'fork' if c in forks else 'corridor'} at cell {c}", c in forks, k) for c in range(L)]
         starts.append(cells[0])
-        for c in range(L):
+        _routine(actions, cells, None, config.p_forward, config.p_wait, p_back, reached_goal=True)
+        for c in forks:  # ascending: the layout draws come in cell order
             here = cells[c]
             ahead = cells[c + 1] if c + 1 < L else None
+            p_good = float(rng.uniform(*config.p_good_range))
+            good, wrong = ("left", "right") if rng.random() < 0.5 else ("right", "left")
             if c in bonus:
-                p_good = float(rng.uniform(*config.p_good_range))
-                good, wrong = ("left", "right") if rng.random() < 0.5 else ("right", "left")
-                actions[here] = [
-                    (good, p_good, ahead, ahead is None, config.bonus_reward),
-                    (wrong, 1.0 - p_good, ahead, ahead is None, 0.0),
-                ]
-                actions[here].sort()
-            elif c in forks:
-                p_good = float(rng.uniform(*config.p_good_range))
+                wrong_to, wrong_wins, good_extra = ahead, ahead is None, config.bonus_reward
+            else:
                 dead = [add(f"task {k}: dead end after cell {c}, step {d}", False, k) for d in range(D)]
                 _routine(actions, dead, None, config.p_forward, config.p_wait, p_back, reached_goal=False)
-                good, wrong = ("left", "right") if rng.random() < 0.5 else ("right", "left")
-                actions[here] = [(good, p_good, ahead, ahead is None, 0.0), (wrong, 1.0 - p_good, dead[0], False, 0.0)]
-                actions[here].sort()  # left before right, whichever is good
-            else:
-                back = cells[max(c - 1, 0)]
-                actions[here] = [
-                    ("forward", config.p_forward, ahead, ahead is None, 0.0),
-                    ("wait", config.p_wait, here, False, 0.0),
-                    ("back", p_back, back, False, 0.0),
-                ]
+                wrong_to, wrong_wins, good_extra = dead[0], False, 0.0
+            actions[here] = sorted(  # left before right, whichever is good
+                [(good, p_good, ahead, ahead is None, good_extra), (wrong, 1.0 - p_good, wrong_to, wrong_wins, 0.0)]
+            )
 
     S = len(names)
     A = max(len(a) for a in actions)
@@ -423,10 +413,7 @@ class Truth:
 
 
 def score_advantages(estimate: np.ndarray, truth: Truth) -> dict[str, float]:
-    """The scores of one estimate (float64 [N], canonical order): Spearman and sign agreement
-    over all steps, over pivotal steps (forks) and over slips (routine steps whose action the
-    policy rarely takes, π < ½), and the cosine between the tabular policy-gradient updates
-    that the estimate and the truth would make on the same steps."""
+    """The SCORES (module docstring) of one estimate, float64 [N] in canonical order."""
     t = truth.advantage
     out = {}
     for subset, mask in (("all", slice(None)), ("pivotal", truth.pivotal), ("slips", truth.slip)):
@@ -612,11 +599,6 @@ def describe_environment(config: CorridorConfig = CorridorConfig()) -> dict:
         "mean_abs_advantage_fork": float(np.nanmean(np.abs(A[fork]))),
         "mean_abs_advantage_routine_forward": float(np.mean(np.abs(A[~fork, 0]))),
     }
-
-
-def with_gamma(config: QualityConfig, gamma: float) -> QualityConfig:
-    """The same evaluation with another discount (environment and estimators)."""
-    return replace(config, env=replace(config.env, gamma=gamma))
 
 
 SCORE_HEADERS = {
