@@ -412,19 +412,6 @@ def open_game(game: str | Path | Any):
     return new_game() if callable(new_game) else TextWorldGame(game)
 
 
-def play_group(
-    game_path: str | Path | Any,
-    group_id: str,
-    policy: Policy,
-    n_rollouts: int,
-    max_steps: int,
-    task_id: str = "",
-) -> list[dict]:
-    """Play `n_rollouts` copies of one game in lockstep; return one row dict per step.
-    `game_path` is a compiled TextWorld game or a generated game (see `open_game`)."""
-    return play_groups([(game_path, group_id, task_id)], policy, n_rollouts, max_steps)
-
-
 def play_groups(groups: list[tuple[Any, str, str]], policy: Policy, n_rollouts: int, max_steps: int) -> list[dict]:
     """Play `n_rollouts` copies of each (game, group_id, task_id) all in lockstep, so that the
     policy chooses the actions of every live rollout of every group in one batch; return one
@@ -540,7 +527,7 @@ def collect(
     rows: list[dict] = []
     for g, (name, path) in enumerate(game_paths):
         policy.reseed(seed * 1_000_003 + g * 7_919)
-        rows.extend(play_group(path, f"{name}@{seed}", policy, n_rollouts, max_steps, task_id=name))
+        rows.extend(play_groups([(path, f"{name}@{seed}", name)], policy, n_rollouts, max_steps))
         if progress is not None:
             progress(g + 1, len(game_paths))
     return pa.Table.from_pylist(rows, schema=log_schema(policy.tokenizer is not None))
