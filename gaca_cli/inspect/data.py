@@ -317,14 +317,19 @@ def group_trajs(a: AnnotatedLog, g: int) -> np.ndarray:
     return np.flatnonzero(a.index.traj_group == g)
 
 
+def selected_trajs(a: AnnotatedLog, traj: str | None = None, group: str | None = None) -> list[int] | None:
+    """The codes of one trajectory, or of the trajectories of one episode group; None = all."""
+    if traj is not None:
+        return [find_traj(a, traj)]
+    if group is not None:
+        return [int(t) for t in group_trajs(a, find_group(a, group))]
+    return None
+
+
 def select(a: AnnotatedLog, traj: str | None = None, group: str | None = None) -> np.ndarray | None:
     """Positions (canonical order) of one trajectory or one episode group; None = all."""
-    if traj is not None:
-        return traj_positions(a, find_traj(a, traj))
-    if group is not None:
-        trajs = group_trajs(a, find_group(a, group))
-        return np.concatenate([traj_positions(a, int(t)) for t in trajs])
-    return None
+    trajs = selected_trajs(a, traj, group)
+    return None if trajs is None else np.concatenate([traj_positions(a, t) for t in trajs])
 
 
 def selection_record(config: InspectConfig) -> dict:
