@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import rows_text
+from gaca_cli.log.checks import row_violation
 from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.reading import Log
 from gaca_cli.log.widening import widest_type
@@ -51,16 +51,6 @@ class StepTokens:
     action: list[np.ndarray]
     source: np.ndarray
     prefix_mismatch: np.ndarray
-
-
-def _error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
-    return GacaError(
-        rule,
-        file=log.files_of_rows(rows),
-        column=log.original_name(column),
-        rows=rows_text(log.table, rows),
-        n_rows=len(rows),
-    )
 
 
 def text_source(log: Log, context: str) -> str | None:
@@ -118,7 +108,7 @@ def _render_messages(log: Log, tokenizer, rows: np.ndarray, model: str) -> list[
         try:
             text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         except Exception as exc:  # jinja errors of the model's own template: a data/model problem
-            raise _error(
+            raise row_violation(
                 log, C.MESSAGES, f"the chat template cannot render this chat ({exc})", np.array([row])
             ) from None
         out.append(text)
@@ -181,7 +171,7 @@ def tokenize_steps(
         (p_ids, p_ok), (a_ids, a_ok) = lists[C.PROMPT_TOKEN_IDS], lists[C.ACTION_TOKEN_IDS]
         use = p_ok & a_ok
         if context == "tokens" and not use.all():
-            raise _error(log, C.PROMPT_TOKEN_IDS, "--context tokens: token ids are null", rows[~use])
+            raise row_violation(log, C.PROMPT_TOKEN_IDS, "--context tokens: token ids are null", rows[~use])
         for i in np.flatnonzero(use):
             ctx[i], act[i] = p_ids[i], a_ids[i]
             source[i] = FROM_TOKEN_IDS
@@ -191,7 +181,7 @@ def tokenize_steps(
         text_col = text_source(log, context)
         if text_col is None or C.ACTION not in names:
             what = "'prompt' or 'messages'" if text_col is None else "'action'"
-            raise _error(
+            raise row_violation(
                 log,
                 C.PROMPT if text_col is None else C.ACTION,
                 f"these rows have no token ids, and the log has no column {what} to tokenise",
@@ -219,7 +209,7 @@ def tokenize_steps(
                 bad.append(j)
         if bad:
             if strict_prefix:
-                raise _error(
+                raise row_violation(
                     log,
                     C.ACTION,
                     "the context's tokens are not a prefix of the tokens of context + action "
@@ -237,7 +227,7 @@ def tokenize_steps(
     if empty_ctx.any():
         column = CONTEXT_COLUMN[int(source[np.flatnonzero(empty_ctx)[0]])]  # the first such row's
         hint = "" if column == C.PROMPT_TOKEN_IDS else " (try --add-special-tokens to start with the BOS token)"
-        raise _error(
+        raise row_violation(
             log,
             column,
             f"the context has no tokens, so the first action token has nothing to be predicted from{hint}",
@@ -254,7 +244,7 @@ def _check_ranges(log: Log, rows: np.ndarray, ctx: list, act: list, vocab_size: 
     for column, ids in ((C.PROMPT_TOKEN_IDS, ctx), (C.ACTION_TOKEN_IDS, act)):
         bad = [i for i, x in enumerate(ids) if len(x) and (x.min() < 0 or x.max() >= vocab_size)]
         if bad:
-            raise _error(
+            raise row_violation(
                 log,
                 column,
                 f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary)",
@@ -272,7 +262,7 @@ def check_positions(
         return
     over = np.flatnonzero(np.asarray(lengths) > limit)
     if len(over):
-        raise _error(
+        raise row_violation(
             log,
             CONTEXT_COLUMN[int(source[over[0]])],
             f"context + action is up to {int(np.max(lengths[over])):,} tokens, longer than the {limit:,} "
