@@ -4,24 +4,12 @@ Everything `collect.py`, `bc.py` and `loop.py` share: offline game generation wi
 seeds, an environment wrapper, the prompt template, two policies (a noisy scripted one and a
 causal LM) and the rollout loop that writes one row per step.
 
-The log's columns:
-- `group_id` = "<game>@<seed>": the N rollouts of one game played with one collection seed;
-  TextWorld games are deterministic, so every rollout of a group starts from the same state.
-- `traj_id` = "<group_id>/r<k>"; `step_idx` 0..T-1.
-- `anchor_obs` = the room description and the inventory after the previous step (no history,
-  no feedback text): equal text = same room, same visible objects, same things carried.
-- `reward` = the increase of the game score caused by the step's command (TextWorld's own
-  score; a custom quest pays 1 point when completed); `done` = the game ended on this step
-  (won or lost), `truncated` = the step budget ran out first; `success` = the game was won.
-- `prompt` = the templated history (system: the quest; user: the feedback of each step;
-  assistant: each command), append-only: prompt[t] + action[t] + "\\n" is a prefix of
-  prompt[t+1]; `messages` = the same chat before templating.
-- `action` = the text the policy produced; `command` = what the game received
-  (`game_command`: printable ASCII, whitespace collapsed); `is_action_valid` = the command was
-  one of TextWorld's admissible commands; `expert_command` = the first command of TextWorld's
-  plan from this step's state (null when there is none).
-- `behavior_logprobs` = the sampling policy's log-probability of each action token (see the
-  policies below), with `action_token_ids` and `prompt_token_ids` when a tokenizer is known.
+The log's columns are those of examples/textworld/README.md. A group, `group_id` =
+"<game>@<seed>", holds the rollouts of one game and collection seed: TextWorld games are
+deterministic, so they all start from the same state. `anchor_obs` is the room description
+and the inventory after the previous step (no history, no feedback text): equal text = same
+room, same visible objects, same things carried. `prompt` is append-only: prompt[t] +
+action[t] + "\n" is a prefix of prompt[t+1].
 """
 
 from __future__ import annotations
@@ -136,17 +124,8 @@ class TextWorldGame:
     def __init__(self, path: str | Path):
         import textworld
 
-        infos = textworld.EnvInfos(
-            admissible_commands=True,
-            policy_commands=True,
-            description=True,
-            inventory=True,
-            won=True,
-            lost=True,
-            score=True,
-            objective=True,
-            feedback=True,
-        )
+        wanted = "admissible_commands policy_commands description inventory won lost score objective feedback"
+        infos = textworld.EnvInfos(**dict.fromkeys(wanted.split(), True))
         self.env = textworld.start(str(path), request_infos=infos)
 
     def _state(self, gs) -> GameState:
