@@ -602,13 +602,11 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
     parts.append(used)
     check = view["file_check"]
     if check is not None and not check["matches"]:
-        parts.append(
-            Text(
-                f"note: the file's advantage column differs from the recomputed {check['method']} "
-                f"(max |Δ| = {check['max_abs_diff']:.3g}); was it written with other options?",
-                style="yellow",
-            )
+        note = (
+            f"note: the file's advantage column differs from the recomputed {check['method']} "
+            f"(max |Δ| = {check['max_abs_diff']:.3g}); was it written with other options?"
         )
+        parts.append(Text(note, style="yellow"))
 
     title = Text(f"all {view['steps']:,} steps", style="bold")
     title.append(f"  (|Δ|, corr, rank corr and same sign: against {base})", style="dim")
@@ -618,14 +616,8 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
     ]
     summary = FitTable(columns, {}, wide=False)
     for row in view["summary"]:
-        cells = [
-            Text(row["method"]),
-            signed(row["mean"], 2),
-            Text(fmt(row["std"], 2)),
-            signed(row["min"], 2),
-            signed(row["max"], 2),
-            Text(_pct(row["positive_share"])),
-        ]
+        cells = [Text(row["method"]), signed(row["mean"], 2), Text(fmt(row["std"], 2))]
+        cells += [signed(row["min"], 2), signed(row["max"], 2), Text(_pct(row["positive_share"]))]
         if row["method"] == base:
             cells += [Text("baseline", style="dim"), Text(""), Text(""), Text("")]
         else:
