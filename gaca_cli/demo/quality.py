@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.config import ConfigError, check_choices, invalid
 from gaca_cli.credit.config import AdvantagesConfig, Norm
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
@@ -97,39 +97,33 @@ class CorridorConfig:
     layout_seed: int = 0
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: object, use: str) -> None:
-            raise ConfigError(name.partition("/")[0], f"{name} = {value!r} is not valid; use {use}")
-
         if self.n_tasks < 1:
-            bad("n_tasks", self.n_tasks, "at least 1")
+            invalid(self, "n_tasks", "at least 1")
         if self.forks_per_task < 0:
-            bad("forks_per_task", self.forks_per_task, "0 or more")
+            invalid(self, "forks_per_task", "0 or more")
         if self.bonus_forks_per_task < 0:
-            bad("bonus_forks_per_task", self.bonus_forks_per_task, "0 or more")
+            invalid(self, "bonus_forks_per_task", "0 or more")
         n_forks = self.forks_per_task + self.bonus_forks_per_task
         if self.corridor_length < 2 * n_forks + 1:
-            bad(
-                "corridor_length",
-                self.corridor_length,
-                f"at least 2·(forks_per_task + bonus_forks_per_task) + 1 = {2 * n_forks + 1}",
-            )
+            use = f"at least 2·(forks_per_task + bonus_forks_per_task) + 1 = {2 * n_forks + 1}"
+            invalid(self, "corridor_length", use)
         if not np.isfinite(self.bonus_reward):
-            bad("bonus_reward", self.bonus_reward, "a finite reward, e.g. 0.5")
+            invalid(self, "bonus_reward", "a finite reward, e.g. 0.5")
         if self.dead_end_length < 1:
-            bad("dead_end_length", self.dead_end_length, "at least 1")
+            invalid(self, "dead_end_length", "at least 1")
         if not (0.0 < self.p_forward < 1.0 and 0.0 < self.p_wait and self.p_forward + self.p_wait <= 1.0):
-            bad(
-                "p_forward/p_wait", (self.p_forward, self.p_wait), "probabilities in (0, 1) with p_forward + p_wait ≤ 1"
-            )
+            value = (self.p_forward, self.p_wait)
+            use = "probabilities in (0, 1) with p_forward + p_wait ≤ 1"
+            raise ConfigError("p_forward", f"p_forward/p_wait = {value!r} is not valid; use {use}")
         lo, hi = self.p_good_range
         if not (0.0 < lo <= hi < 1.0):
-            bad("p_good_range", self.p_good_range, "0 < low ≤ high < 1, e.g. (0.5, 0.8)")
+            invalid(self, "p_good_range", "0 < low ≤ high < 1, e.g. (0.5, 0.8)")
         if not (np.isfinite(self.step_cost) and self.step_cost >= 0.0):
-            bad("step_cost", self.step_cost, "a finite cost ≥ 0, e.g. 0.001")
+            invalid(self, "step_cost", "a finite cost ≥ 0, e.g. 0.001")
         if not np.isfinite(self.goal_reward):
-            bad("goal_reward", self.goal_reward, "a finite reward, e.g. 1.0")
+            invalid(self, "goal_reward", "a finite reward, e.g. 1.0")
         if not (0.0 <= self.gamma <= 1.0):
-            bad("gamma", self.gamma, "a discount in [0, 1], e.g. 0.95")
+            invalid(self, "gamma", "a discount in [0, 1], e.g. 0.95")
 
 
 @dataclass(frozen=True)
@@ -467,18 +461,14 @@ class QualityConfig:
         if len(self.seeds) < 1:
             raise ConfigError("seeds", "seeds = () is not valid; use at least one seed, e.g. (0, 1, 2)")
         if self.groups < 1:
-            raise ConfigError("groups", f"groups = {self.groups!r} is not valid; use at least 1")
+            invalid(self, "groups", "at least 1")
         if self.rollouts < 2:
-            raise ConfigError(
-                "rollouts", f"rollouts = {self.rollouts!r} is not valid; use at least 2 (a group needs a baseline)"
-            )
+            invalid(self, "rollouts", "at least 2 (a group needs a baseline)")
         for b in self.betas:
             if not (np.isfinite(b) and b > 0):
                 raise ConfigError("betas", f"betas contains {b!r}; use values > 0 (β = 0 is the gigpo row)")
         if not (np.isfinite(self.step_weight) and self.step_weight >= 0):
-            raise ConfigError(
-                "step_weight", f"step_weight = {self.step_weight!r} is not valid; use a finite weight ≥ 0"
-            )
+            invalid(self, "step_weight", "a finite weight ≥ 0")
         check_choices(self)
 
     def estimators(self) -> list[tuple[str, AdvantagesConfig]]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.config import ConfigError, check_choices, invalid
 from gaca_cli.credit.config import METHODS, Method
 from gaca_cli.errors import GacaError
 
@@ -68,9 +68,7 @@ class DemoConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
         if self.rollouts < 2:
-            raise ConfigError(
-                "rollouts", f"rollouts = {self.rollouts} is not valid; use ≥ 2 (a group needs a baseline)"
-            )
+            invalid(self, "rollouts", "≥ 2 (a group needs a baseline)")
         if self.iterations < 0:
             raise ConfigError("iterations", f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
         if not self.methods:
