@@ -445,16 +445,7 @@ def score_shard(
             continue
         pos = np.concatenate([np.arange(index.traj_start[t], index.traj_start[t] + index.traj_len[t]) for t in trajs])
         rows = index.order[pos]
-        tokens = tokenize_steps(
-            log,
-            rows,
-            tokenizer,
-            context=config.context,
-            add_special_tokens=config.add_special_tokens,
-            strict_prefix=config.strict_prefix,
-            vocab_size=scorer.input_vocab_size,
-            model=config.model,
-        )
+        tokens = tokenize_steps(log, rows, tokenizer, config, vocab_size=scorer.input_vocab_size)
         lengths_of_steps = np.array([len(c) + len(a) for c, a in zip(tokens.context, tokens.action)], dtype=np.int64)
         check_positions(log, rows, lengths_of_steps, tokens.source, scorer.position_limit)
         plan = build_plan(tokens.context, tokens.action, [int(x) for x in lengths], config.pack)

@@ -565,15 +565,8 @@ class _Trainer:
     def _train(self) -> TrainResult:
         acc = self.accelerator
         metrics_path = self.out_dir / METRICS_FILE
-        self.emit(
-            "start",
-            {
-                "total_steps": self.total,
-                "start_step": self.start_step,
-                "sequences": len(self.data),
-                "behavior_source": self.data.behavior_source,
-            },
-        )
+        start = {"total_steps": self.total, "start_step": self.start_step, "sequences": len(self.data)}
+        self.emit("start", {**start, "behavior_source": self.data.behavior_source})
         history: list[dict] = []
         wall = time.perf_counter()
         for step in range(self.start_step, self.total):
