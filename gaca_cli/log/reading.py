@@ -272,13 +272,10 @@ def statistics_null_count(path: str, name: str) -> int | None:
     leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == name]
     if len(leaves) != 1:
         return None
-    total = 0
-    for g in range(meta.num_row_groups):
-        stats = meta.row_group(g).column(leaves[0]).statistics
-        if stats is None or not stats.has_null_count:
-            return None
-        total += stats.null_count
-    return total
+    stats = [meta.row_group(g).column(leaves[0]).statistics for g in range(meta.num_row_groups)]
+    if any(s is None or not s.has_null_count for s in stats):
+        return None
+    return sum(s.null_count for s in stats)
 
 
 def expand_inputs(paths: Sequence[str | os.PathLike]) -> list[tuple[str, bool]]:
