@@ -30,13 +30,9 @@ def summarize(rollouts: Rollouts, result: Advantages, config: AdvantagesConfig, 
 
     lam, u = result.gaca_weight, rollouts.criticality
     with_lam = lam is not None and u is not None
+    lam_u = (lam, u) if with_lam else (None, None)
     abs_e, abs_s, lam_sum, sum_lam_kept, sum_u_kept, n_kept = trajectory_sums(
-        result.adv_episode,
-        result.adv_step,
-        config.step_weight,
-        lam if with_lam else None,
-        u if with_lam else None,
-        index,
+        result.adv_episode, result.adv_step, config.step_weight, *lam_u, index
     )
     traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
     summary: dict = {
