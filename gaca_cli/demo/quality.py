@@ -420,15 +420,17 @@ def score_advantages(estimate: np.ndarray, truth: Truth) -> dict[str, float]:
     return out
 
 
-SCORES = (
-    "spearman_all",
-    "sign_all",
-    "spearman_pivotal",
-    "sign_pivotal",
-    "spearman_slips",
-    "sign_slips",
-    "gradient_cosine",
-)
+#: each score of `score_advantages` and its column header in the tables
+SCORE_HEADERS = {
+    "spearman_all": "ρ all",
+    "sign_all": "sign all",
+    "spearman_pivotal": "ρ forks",
+    "sign_pivotal": "sign forks",
+    "spearman_slips": "ρ slips",
+    "sign_slips": "sign slips",
+    "gradient_cosine": "grad cos",
+}
+SCORES = tuple(SCORE_HEADERS)
 
 
 # --------------------------------------------------------------------------- the evaluation
@@ -589,17 +591,6 @@ def describe_environment(config: CorridorConfig = CorridorConfig()) -> dict:
         "mean_abs_advantage_fork": float(np.nanmean(np.abs(A[fork]))),
         "mean_abs_advantage_routine_forward": float(np.mean(np.abs(A[~fork, 0]))),
     }
-
-
-SCORE_HEADERS = {
-    "spearman_all": "ρ all",
-    "sign_all": "sign all",
-    "spearman_pivotal": "ρ forks",
-    "sign_pivotal": "sign forks",
-    "spearman_slips": "ρ slips",
-    "sign_slips": "sign slips",
-    "gradient_cosine": "grad cos",
-}
 
 
 def quality_markdown(rows: list[dict], digits: int = 3) -> str:
