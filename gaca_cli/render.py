@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -61,12 +62,9 @@ def advantages_summary(summary: dict) -> Group:
     table.add_row("trajectories", f"{summary['trajectories']:,}")
     table.add_row("episode groups", f"{summary['groups']:,}")
     table.add_row("singleton episode groups", f"{summary['singleton_groups']:,}")
-    if "steps_by_step_group_size" in summary:
-        hist = summary["steps_by_step_group_size"]
-        table.add_row("steps by step-group size", "  ".join(f"{k}: {v:,}" for k, v in hist.items()))
-    if "steps_by_history_groups" in summary:
-        hist = summary["steps_by_history_groups"]
-        table.add_row("steps by history groups joined", "  ".join(f"{k}: {v:,}" for k, v in hist.items()))
+    for key, label in (("step_group_size", "step-group size"), ("history_groups", "history groups joined")):
+        if (hist := summary.get(f"steps_by_{key}")) is not None:
+            table.add_row(f"steps by {label}", "  ".join(f"{k}: {v:,}" for k, v in hist.items()))
     table.add_row("steps with a step-level signal", f"{100 * summary['step_signal_share']:.1f}%")
     hgpo = summary["method"] == "hgpo"
     if not hgpo or summary["params"].get("base_group"):
@@ -159,6 +157,7 @@ def _warning_lines(warnings: dict[str, int]) -> list[str]:
 
 def demo_report(summary: dict) -> Group:
     """The end of `gaca demo`: success per method and iteration, and the quality table."""
+    from gaca_cli.demo.quality import SCORE_HEADERS
     from gaca_cli.demo.run import Z_975, wilson_interval
 
     success, quality, n = summary["success"], summary["quality"], summary["rollouts"]
@@ -188,17 +187,9 @@ def demo_report(summary: dict) -> Group:
             style="dim",
         )
     )
-    from gaca_cli.demo.quality import SCORE_HEADERS
-
     shown = ("spearman_pivotal", "sign_pivotal", "spearman_slips", "sign_slips", "gradient_cosine")
-    from rich import box
-
-    table = Table(
-        title="estimators against exact Q − V (mean ± std over seeds)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
+    title = "estimators against exact Q − V (mean ± std over seeds)"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("estimator", style="bold", no_wrap=True)
     keys = [k for k in shown if any(f"{k}_mean" in row for row in quality)]
     for key in keys:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import typer
@@ -49,14 +49,7 @@ def demo(
         ProgressBar(err_console(), echo_when_hidden=True) as bar,
     ):
         result = run_demo(config, bar.update)
-    summary = {
-        "out": str(config.out),
-        "success": result.success,
-        "rollouts": result.rollouts,
-        "annotated": str(result.annotated),
-        "quality": result.quality,
-        "seconds": result.seconds,
-    }
+    summary = {"out": str(config.out), **asdict(result)}  # print_json writes the annotated log's path as text
     if as_json:
         print_json(summary)
         return

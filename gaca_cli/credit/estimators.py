@@ -21,6 +21,7 @@ bits, sooner. The numpy code that follows each such hand-over is the definition.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -342,16 +343,7 @@ def gaca(rollouts: Rollouts, config: AdvantagesConfig) -> Advantages:
         z, flat_scopes = standardize_in_scopes(u, np.zeros(len(u), dtype=np.int64), 1)
     lam, adv = gaca_blend(z, base, config)
     diag = {**base.diagnostics, "nll_missing": int(np.sum(np.isnan(u))), "nll_flat_scopes": flat_scopes}
-    return Advantages(
-        advantage=adv,
-        return_to_go=base.return_to_go,
-        adv_episode=base.adv_episode,
-        adv_step=base.adv_step,
-        step_group_size=base.step_group_size,
-        nll_z=z,
-        gaca_weight=lam,
-        diagnostics=diag,
-    )
+    return dataclasses.replace(base, advantage=adv, nll_z=z, gaca_weight=lam, diagnostics=diag)
 
 
 def history_group_codes(step_group: np.ndarray, index: TrajectoryIndex, windows: int) -> Iterator[np.ndarray]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -61,15 +62,8 @@ class AdvantagesRun:
 
     def result_at(self, rows: np.ndarray) -> Advantages:
         """The per-row arrays of `result` at the given file rows (e.g. another index's order)."""
-        arrays = {
-            f.name: (
-                getattr(self.result, f.name)[rows]
-                if isinstance(getattr(self.result, f.name), np.ndarray)
-                else getattr(self.result, f.name)
-            )
-            for f in fields(Advantages)
-        }
-        return Advantages(**arrays)
+        values = {f.name: getattr(self.result, f.name) for f in fields(Advantages)}
+        return Advantages(**{k: v[rows] if isinstance(v, np.ndarray) else v for k, v in values.items()})
 
     @property
     def table(self) -> pa.Table:
@@ -212,8 +206,6 @@ def _compute(log: Log, config: AdvantagesConfig, row_return: np.ndarray | None, 
     meta_value = {"tool": "gaca", "version": __version__, "method": config.method, "params": params}
     if u_source:
         meta_value["criticality_column"] = u_source
-    import json
-
     metadata = dict(log.metadata)
     metadata[C.META_ADVANTAGES] = json.dumps(meta_value, sort_keys=True)
     summary = summarize(rollouts, result, config, warnings)

@@ -13,7 +13,8 @@ from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.estimators import Advantages, Rollouts
 from gaca_cli.log.index import TrajectoryIndex
 
-_SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
+#: the step-group sizes the summaries count steps by: (smallest, largest or None, label)
+SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
 
 
 def summarize(rollouts: Rollouts, result: Advantages, config: AdvantagesConfig, warnings: dict[str, int]) -> dict:
@@ -29,13 +30,9 @@ def summarize(rollouts: Rollouts, result: Advantages, config: AdvantagesConfig, 
 
     lam, u = result.gaca_weight, rollouts.criticality
     with_lam = lam is not None and u is not None
+    lam_u = (lam, u) if with_lam else (None, None)
     abs_e, abs_s, lam_sum, sum_lam_kept, sum_u_kept, n_kept = trajectory_sums(
-        result.adv_episode,
-        result.adv_step,
-        config.step_weight,
-        lam if with_lam else None,
-        u if with_lam else None,
-        index,
+        result.adv_episode, result.adv_step, config.step_weight, *lam_u, index
     )
     traj_per_group = np.bincount(index.traj_group, minlength=index.n_groups)
     summary: dict = {
@@ -51,10 +48,10 @@ def summarize(rollouts: Rollouts, result: Advantages, config: AdvantagesConfig, 
         "warnings": dict(warnings),
     }
     if result.step_group_size is not None:
-        top = _SIZE_BUCKETS[-1][0]
+        top = SIZE_BUCKETS[-1][0]
         by_size = np.bincount(np.minimum(result.step_group_size, top), minlength=top + 1)
-        counts = [int(by_size[lo : top + 1 if hi is None else hi + 1].sum()) for lo, hi, _ in _SIZE_BUCKETS]
-        summary["steps_by_step_group_size"] = {label: int(c) for (_, _, label), c in zip(_SIZE_BUCKETS, counts)}
+        counts = [int(by_size[lo : top + 1 if hi is None else hi + 1].sum()) for lo, hi, _ in SIZE_BUCKETS]
+        summary["steps_by_step_group_size"] = {label: int(c) for (_, _, label), c in zip(SIZE_BUCKETS, counts)}
         summary["step_signal_share"] = float((n - counts[0]) / n)
     elif result.history_groups is not None:  # hgpo: steps by the number of history groups they are in
         joined = np.bincount(result.history_groups)

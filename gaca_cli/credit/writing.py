@@ -59,9 +59,7 @@ def output_metadata(log: Log, metadata: Mapping[str, str]) -> dict[str, str]:
     """The output's key/value metadata: every entry of the log's first file (its ARROW:schema
     aside, which each writer makes for the output), then `metadata`, gaca's own, which replaces
     an older value of the same key."""
-    out = read_key_value_metadata(log.files[0])
-    out.update(metadata)
-    return out
+    return {**read_key_value_metadata(log.files[0]), **metadata}
 
 
 def write_annotated(

@@ -58,12 +58,12 @@ Scores (`score_advantages`), per seed, pooled over every step of the seed's log:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.config import ConfigError, check_choices, invalid
 from gaca_cli.credit.config import AdvantagesConfig, Norm
 from gaca_cli.credit.run import compute_advantages
 from gaca_cli.log import columns as C
@@ -97,39 +97,33 @@ class CorridorConfig:
     layout_seed: int = 0
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: object, use: str) -> None:
-            raise ConfigError(name.partition("/")[0], f"{name} = {value!r} is not valid; use {use}")
-
         if self.n_tasks < 1:
-            bad("n_tasks", self.n_tasks, "at least 1")
+            invalid(self, "n_tasks", "at least 1")
         if self.forks_per_task < 0:
-            bad("forks_per_task", self.forks_per_task, "0 or more")
+            invalid(self, "forks_per_task", "0 or more")
         if self.bonus_forks_per_task < 0:
-            bad("bonus_forks_per_task", self.bonus_forks_per_task, "0 or more")
+            invalid(self, "bonus_forks_per_task", "0 or more")
         n_forks = self.forks_per_task + self.bonus_forks_per_task
         if self.corridor_length < 2 * n_forks + 1:
-            bad(
-                "corridor_length",
-                self.corridor_length,
-                f"at least 2·(forks_per_task + bonus_forks_per_task) + 1 = {2 * n_forks + 1}",
-            )
+            use = f"at least 2·(forks_per_task + bonus_forks_per_task) + 1 = {2 * n_forks + 1}"
+            invalid(self, "corridor_length", use)
         if not np.isfinite(self.bonus_reward):
-            bad("bonus_reward", self.bonus_reward, "a finite reward, e.g. 0.5")
+            invalid(self, "bonus_reward", "a finite reward, e.g. 0.5")
         if self.dead_end_length < 1:
-            bad("dead_end_length", self.dead_end_length, "at least 1")
+            invalid(self, "dead_end_length", "at least 1")
         if not (0.0 < self.p_forward < 1.0 and 0.0 < self.p_wait and self.p_forward + self.p_wait <= 1.0):
-            bad(
-                "p_forward/p_wait", (self.p_forward, self.p_wait), "probabilities in (0, 1) with p_forward + p_wait ≤ 1"
-            )
+            value = (self.p_forward, self.p_wait)
+            use = "probabilities in (0, 1) with p_forward + p_wait ≤ 1"
+            raise ConfigError("p_forward", f"p_forward/p_wait = {value!r} is not valid; use {use}")
         lo, hi = self.p_good_range
         if not (0.0 < lo <= hi < 1.0):
-            bad("p_good_range", self.p_good_range, "0 < low ≤ high < 1, e.g. (0.5, 0.8)")
+            invalid(self, "p_good_range", "0 < low ≤ high < 1, e.g. (0.5, 0.8)")
         if not (np.isfinite(self.step_cost) and self.step_cost >= 0.0):
-            bad("step_cost", self.step_cost, "a finite cost ≥ 0, e.g. 0.001")
+            invalid(self, "step_cost", "a finite cost ≥ 0, e.g. 0.001")
         if not np.isfinite(self.goal_reward):
-            bad("goal_reward", self.goal_reward, "a finite reward, e.g. 1.0")
+            invalid(self, "goal_reward", "a finite reward, e.g. 1.0")
         if not (0.0 <= self.gamma <= 1.0):
-            bad("gamma", self.gamma, "a discount in [0, 1], e.g. 0.95")
+            invalid(self, "gamma", "a discount in [0, 1], e.g. 0.95")
 
 
 @dataclass(frozen=True)
@@ -194,31 +188,21 @@ def build_corridors(config: CorridorConfig = CorridorConfig()) -> TabularEnv:
             bonus = {int(c) for c in rng.choice(forks, size=config.bonus_forks_per_task, replace=False)}
         cells = [add(f"task {k}: {'fork' if c in forks else 'corridor'} at cell {c}", c in forks, k) for c in range(L)]
         starts.append(cells[0])
-        for c in range(L):
+        _routine(actions, cells, None, config.p_forward, config.p_wait, p_back, reached_goal=True)
+        for c in forks:  # ascending: the layout draws come in cell order
             here = cells[c]
             ahead = cells[c + 1] if c + 1 < L else None
+            p_good = float(rng.uniform(*config.p_good_range))
+            good, wrong = ("left", "right") if rng.random() < 0.5 else ("right", "left")
             if c in bonus:
-                p_good = float(rng.uniform(*config.p_good_range))
-                good, wrong = ("left", "right") if rng.random() < 0.5 else ("right", "left")
-                actions[here] = [
-                    (good, p_good, ahead, ahead is None, config.bonus_reward),
-                    (wrong, 1.0 - p_good, ahead, ahead is None, 0.0),
-                ]
-                actions[here].sort()
-            elif c in forks:
-                p_good = float(rng.uniform(*config.p_good_range))
+                wrong_to, wrong_wins, good_extra = ahead, ahead is None, config.bonus_reward
+            else:
                 dead = [add(f"task {k}: dead end after cell {c}, step {d}", False, k) for d in range(D)]
                 _routine(actions, dead, None, config.p_forward, config.p_wait, p_back, reached_goal=False)
-                good, wrong = ("left", "right") if rng.random() < 0.5 else ("right", "left")
-                actions[here] = [(good, p_good, ahead, ahead is None, 0.0), (wrong, 1.0 - p_good, dead[0], False, 0.0)]
-                actions[here].sort()  # left before right, whichever is good
-            else:
-                back = cells[max(c - 1, 0)]
-                actions[here] = [
-                    ("forward", config.p_forward, ahead, ahead is None, 0.0),
-                    ("wait", config.p_wait, here, False, 0.0),
-                    ("back", p_back, back, False, 0.0),
-                ]
+                wrong_to, wrong_wins, good_extra = dead[0], False, 0.0
+            actions[here] = sorted(  # left before right, whichever is good
+                [(good, p_good, ahead, ahead is None, good_extra), (wrong, 1.0 - p_good, wrong_to, wrong_wins, 0.0)]
+            )
 
     S = len(names)
     A = max(len(a) for a in actions)
@@ -423,10 +407,7 @@ class Truth:
 
 
 def score_advantages(estimate: np.ndarray, truth: Truth) -> dict[str, float]:
-    """The scores of one estimate (float64 [N], canonical order): Spearman and sign agreement
-    over all steps, over pivotal steps (forks) and over slips (routine steps whose action the
-    policy rarely takes, π < ½), and the cosine between the tabular policy-gradient updates
-    that the estimate and the truth would make on the same steps."""
+    """The SCORES (module docstring) of one estimate, float64 [N] in canonical order."""
     t = truth.advantage
     out = {}
     for subset, mask in (("all", slice(None)), ("pivotal", truth.pivotal), ("slips", truth.slip)):
@@ -439,15 +420,17 @@ def score_advantages(estimate: np.ndarray, truth: Truth) -> dict[str, float]:
     return out
 
 
-SCORES = (
-    "spearman_all",
-    "sign_all",
-    "spearman_pivotal",
-    "sign_pivotal",
-    "spearman_slips",
-    "sign_slips",
-    "gradient_cosine",
-)
+#: each score of `score_advantages` and its column header in the tables
+SCORE_HEADERS = {
+    "spearman_all": "ρ all",
+    "sign_all": "sign all",
+    "spearman_pivotal": "ρ forks",
+    "sign_pivotal": "sign forks",
+    "spearman_slips": "ρ slips",
+    "sign_slips": "sign slips",
+    "gradient_cosine": "grad cos",
+}
+SCORES = tuple(SCORE_HEADERS)
 
 
 # --------------------------------------------------------------------------- the evaluation
@@ -480,18 +463,14 @@ class QualityConfig:
         if len(self.seeds) < 1:
             raise ConfigError("seeds", "seeds = () is not valid; use at least one seed, e.g. (0, 1, 2)")
         if self.groups < 1:
-            raise ConfigError("groups", f"groups = {self.groups!r} is not valid; use at least 1")
+            invalid(self, "groups", "at least 1")
         if self.rollouts < 2:
-            raise ConfigError(
-                "rollouts", f"rollouts = {self.rollouts!r} is not valid; use at least 2 (a group needs a baseline)"
-            )
+            invalid(self, "rollouts", "at least 2 (a group needs a baseline)")
         for b in self.betas:
             if not (np.isfinite(b) and b > 0):
                 raise ConfigError("betas", f"betas contains {b!r}; use values > 0 (β = 0 is the gigpo row)")
         if not (np.isfinite(self.step_weight) and self.step_weight >= 0):
-            raise ConfigError(
-                "step_weight", f"step_weight = {self.step_weight!r} is not valid; use a finite weight ≥ 0"
-            )
+            invalid(self, "step_weight", "a finite weight ≥ 0")
         check_choices(self)
 
     def estimators(self) -> list[tuple[str, AdvantagesConfig]]:
@@ -612,22 +591,6 @@ def describe_environment(config: CorridorConfig = CorridorConfig()) -> dict:
         "mean_abs_advantage_fork": float(np.nanmean(np.abs(A[fork]))),
         "mean_abs_advantage_routine_forward": float(np.mean(np.abs(A[~fork, 0]))),
     }
-
-
-def with_gamma(config: QualityConfig, gamma: float) -> QualityConfig:
-    """The same evaluation with another discount (environment and estimators)."""
-    return replace(config, env=replace(config.env, gamma=gamma))
-
-
-SCORE_HEADERS = {
-    "spearman_all": "ρ all",
-    "sign_all": "sign all",
-    "spearman_pivotal": "ρ forks",
-    "sign_pivotal": "sign forks",
-    "spearman_slips": "ρ slips",
-    "sign_slips": "sign slips",
-    "gradient_cosine": "grad cos",
-}
 
 
 def quality_markdown(rows: list[dict], digits: int = 3) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gaca_cli.config import ConfigError, check_choices
+from gaca_cli.config import ConfigError, check_choices, invalid
 from gaca_cli.credit.config import METHODS, Method
 from gaca_cli.errors import GacaError
 
@@ -68,9 +68,7 @@ class DemoConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
         if self.rollouts < 2:
-            raise ConfigError(
-                "rollouts", f"rollouts = {self.rollouts} is not valid; use ≥ 2 (a group needs a baseline)"
-            )
+            invalid(self, "rollouts", "≥ 2 (a group needs a baseline)")
         if self.iterations < 0:
             raise ConfigError("iterations", f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
         if not self.methods:
@@ -147,27 +145,9 @@ def _update(model: Path, log: Path, method: str, work: Path, config: DemoConfig,
     if not _has_signal(annotated):
         return model, annotated
     if not (new_model / "config.json").exists():
-        _gaca(
-            [
-                "train-offline",
-                str(annotated),
-                "--model",
-                str(model),
-                "-o",
-                str(new_model),
-                "--loss",
-                "ppo",
-                "--lr",
-                str(config.lr),
-                "--epochs",
-                str(config.epochs),
-                "--batch-size",
-                "16",
-                "--seed",
-                str(config.seed),
-            ],
-            log_file,
-        )
+        inputs = ["train-offline", str(annotated), "--model", str(model), "-o", str(new_model)]
+        recipe = ["--loss", "ppo", "--lr", str(config.lr), "--epochs", str(config.epochs), "--batch-size", "16"]
+        _gaca([*inputs, *recipe, "--seed", str(config.seed)], log_file)
     return new_model, annotated
 
 
@@ -219,17 +199,14 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
         model, curve = start, [first]
         for k in range(config.iterations):
             work = out / method / f"iter{k}"
-            log = out / "iter0.parquet" if k == 0 else out / method / f"iter{k}" / "rollouts.parquet"
+            log = out / "iter0.parquet" if k == 0 else work / "rollouts.parquet"
             say("loop", done, total, f"{method}: score → advantages → train-offline (iteration {k + 1})")
             model, annotated = _update(model, log, method, work, config, log_file)
             if k == 0 and method == "gaca":
                 result.annotated = annotated
             say("loop", done, total, f"{method}: collecting with the updated policy")
-            curve.append(
-                _collect(
-                    model, games, config, config.seed * 1000 + k + 1, out / method / f"iter{k + 1}" / "rollouts.parquet"
-                )
-            )
+            collected = out / method / f"iter{k + 1}" / "rollouts.parquet"
+            curve.append(_collect(model, games, config, config.seed * 1000 + k + 1, collected))
             done += 1
         result.success[method] = curve
     if result.annotated is None:  # gaca not among the methods, or no iteration: annotate anyway
@@ -249,19 +226,7 @@ def run_demo(config: DemoConfig, progress: Progress | None = None) -> DemoResult
 
     result.quality = estimator_quality(QualityConfig(seeds=seeds, groups=8, rollouts=8), on_seed=on_seed)
     result.seconds["quality"] = time.perf_counter() - clock
-    (out / "demo.json").write_text(
-        json.dumps(
-            {
-                "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
-                "success": result.success,
-                "rollouts": result.rollouts,
-                "annotated": str(result.annotated),
-                "quality": result.quality,
-                "seconds": result.seconds,
-            },
-            indent=2,
-            default=str,
-        ),
-        encoding="utf-8",
-    )
+    config_values = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    summary = {"config": config_values, **asdict(result)}  # the annotated log's path written as text
+    (out / "demo.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
     return result

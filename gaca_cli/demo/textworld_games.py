@@ -4,24 +4,12 @@ Everything `collect.py`, `bc.py` and `loop.py` share: offline game generation wi
 seeds, an environment wrapper, the prompt template, two policies (a noisy scripted one and a
 causal LM) and the rollout loop that writes one row per step.
 
-The log's columns:
-- `group_id` = "<game>@<seed>": the N rollouts of one game played with one collection seed;
-  TextWorld games are deterministic, so every rollout of a group starts from the same state.
-- `traj_id` = "<group_id>/r<k>"; `step_idx` 0..T-1.
-- `anchor_obs` = the room description and the inventory after the previous step (no history,
-  no feedback text): equal text = same room, same visible objects, same things carried.
-- `reward` = the increase of the game score caused by the step's command (TextWorld's own
-  score; a custom quest pays 1 point when completed); `done` = the game ended on this step
-  (won or lost), `truncated` = the step budget ran out first; `success` = the game was won.
-- `prompt` = the templated history (system: the quest; user: the feedback of each step;
-  assistant: each command), append-only: prompt[t] + action[t] + "\\n" is a prefix of
-  prompt[t+1]; `messages` = the same chat before templating.
-- `action` = the text the policy produced; `command` = what the game received
-  (`game_command`: printable ASCII, whitespace collapsed); `is_action_valid` = the command was
-  one of TextWorld's admissible commands; `expert_command` = the first command of TextWorld's
-  plan from this step's state (null when there is none).
-- `behavior_logprobs` = the sampling policy's log-probability of each action token (see the
-  policies below), with `action_token_ids` and `prompt_token_ids` when a tokenizer is known.
+The log's columns are those of examples/textworld/README.md. A group, `group_id` =
+"<game>@<seed>", holds the rollouts of one game and collection seed: TextWorld games are
+deterministic, so they all start from the same state. `anchor_obs` is the room description
+and the inventory after the previous step (no history, no feedback text): equal text = same
+room, same visible objects, same things carried. `prompt` is append-only: prompt[t] +
+action[t] + "\n" is a prefix of prompt[t+1].
 """
 
 from __future__ import annotations
@@ -136,17 +124,8 @@ class TextWorldGame:
     def __init__(self, path: str | Path):
         import textworld
 
-        infos = textworld.EnvInfos(
-            admissible_commands=True,
-            policy_commands=True,
-            description=True,
-            inventory=True,
-            won=True,
-            lost=True,
-            score=True,
-            objective=True,
-            feedback=True,
-        )
+        wanted = "admissible_commands policy_commands description inventory won lost score objective feedback"
+        infos = textworld.EnvInfos(**dict.fromkeys(wanted.split(), True))
         self.env = textworld.start(str(path), request_infos=infos)
 
     def _state(self, gs) -> GameState:
@@ -412,19 +391,6 @@ def open_game(game: str | Path | Any):
     return new_game() if callable(new_game) else TextWorldGame(game)
 
 
-def play_group(
-    game_path: str | Path | Any,
-    group_id: str,
-    policy: Policy,
-    n_rollouts: int,
-    max_steps: int,
-    task_id: str = "",
-) -> list[dict]:
-    """Play `n_rollouts` copies of one game in lockstep; return one row dict per step.
-    `game_path` is a compiled TextWorld game or a generated game (see `open_game`)."""
-    return play_groups([(game_path, group_id, task_id)], policy, n_rollouts, max_steps)
-
-
 def play_groups(groups: list[tuple[Any, str, str]], policy: Policy, n_rollouts: int, max_steps: int) -> list[dict]:
     """Play `n_rollouts` copies of each (game, group_id, task_id) all in lockstep, so that the
     policy chooses the actions of every live rollout of every group in one batch; return one
@@ -540,7 +506,7 @@ def collect(
     rows: list[dict] = []
     for g, (name, path) in enumerate(game_paths):
         policy.reseed(seed * 1_000_003 + g * 7_919)
-        rows.extend(play_group(path, f"{name}@{seed}", policy, n_rollouts, max_steps, task_id=name))
+        rows.extend(play_groups([(path, f"{name}@{seed}", name)], policy, n_rollouts, max_steps))
         if progress is not None:
             progress(g + 1, len(game_paths))
     return pa.Table.from_pylist(rows, schema=log_schema(policy.tokenizer is not None))

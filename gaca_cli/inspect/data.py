@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -283,39 +283,29 @@ def closest_ids(query: str, choices: Sequence[str], limit: int = 5) -> list[str]
     return [choice for choice, _, _ in found]
 
 
-def _unknown_id(a: AnnotatedLog, kind: str, query: str) -> GacaError:
-    column, choices, other, other_flag, other_col = (
-        (C.TRAJ_ID, a.traj_ids, a.group_ids, "--group", C.GROUP_ID)
+def _find(a: AnnotatedLog, kind: str, query: str) -> int:
+    """The code of the trajectory ("traj") or episode group ("group") whose id is `query`
+    (compared as text), or an error naming the closest ids."""
+    ids, other, column, other_column, other_flag = (
+        (a.traj_ids, a.group_ids, C.TRAJ_ID, C.GROUP_ID, "--group")
         if kind == "traj"
-        else (C.GROUP_ID, a.group_ids, a.traj_ids, "--traj", C.TRAJ_ID)
+        else (a.group_ids, a.traj_ids, C.GROUP_ID, C.TRAJ_ID, "--traj")
     )
-    close = closest_ids(query, choices)
+    if query in ids:
+        return ids.index(query)
+    close = closest_ids(query, ids)
     rule = f"no step has {column} {query!r}; closest: {', '.join(repr(c) for c in close)}"
     if query in set(other):
-        rule += f" ({query!r} is a {other_col}: use {other_flag})"
-    return GacaError(rule, file=a.log.source, column=a.log.original_name(column))
+        rule += f" ({query!r} is a {other_column}: use {other_flag})"
+    raise GacaError(rule, file=a.log.source, column=a.log.original_name(column))
 
 
 def find_traj(a: AnnotatedLog, traj_id: str) -> int:
-    """The trajectory code of `traj_id` (compared as text), or an error naming the closest ids."""
-    code = _lookup(a.traj_ids, str(traj_id))
-    if code is None:
-        raise _unknown_id(a, "traj", str(traj_id))
-    return code
+    return _find(a, "traj", str(traj_id))
 
 
 def find_group(a: AnnotatedLog, group_id: str) -> int:
-    code = _lookup(a.group_ids, str(group_id))
-    if code is None:
-        raise _unknown_id(a, "group", str(group_id))
-    return code
-
-
-def _lookup(ids: tuple[str, ...], query: str) -> int | None:
-    try:
-        return ids.index(query)
-    except ValueError:
-        return None
+    return _find(a, "group", str(group_id))
 
 
 def traj_positions(a: AnnotatedLog, t: int) -> np.ndarray:
@@ -327,14 +317,19 @@ def group_trajs(a: AnnotatedLog, g: int) -> np.ndarray:
     return np.flatnonzero(a.index.traj_group == g)
 
 
+def selected_trajs(a: AnnotatedLog, traj: str | None = None, group: str | None = None) -> list[int] | None:
+    """The codes of one trajectory, or of the trajectories of one episode group; None = all."""
+    if traj is not None:
+        return [find_traj(a, traj)]
+    if group is not None:
+        return [int(t) for t in group_trajs(a, find_group(a, group))]
+    return None
+
+
 def select(a: AnnotatedLog, traj: str | None = None, group: str | None = None) -> np.ndarray | None:
     """Positions (canonical order) of one trajectory or one episode group; None = all."""
-    if traj is not None:
-        return traj_positions(a, find_traj(a, traj))
-    if group is not None:
-        trajs = group_trajs(a, find_group(a, group))
-        return np.concatenate([traj_positions(a, int(t)) for t in trajs])
-    return None
+    trajs = selected_trajs(a, traj, group)
+    return None if trajs is None else np.concatenate([traj_positions(a, t) for t in trajs])
 
 
 def selection_record(config: InspectConfig) -> dict:
@@ -416,15 +411,13 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
     critical = a.critical
     v = a.values
 
-    def get(name: str, p: int) -> float | None:
+    def get(name: str, p: int, finite: Callable[[float], float | int | None] = finite_float) -> float | int | None:
         arr = v.get(name)
-        return None if arr is None else finite_float(arr[p])
+        return None if arr is None else finite(arr[p])
 
     out = []
     for i, p in enumerate(positions.tolist()):
         t = int(traj[p])
-        size = v.get(C.STEP_GROUP_SIZE)
-        sgid = v.get(C.STEP_GROUP_ID)
         out.append(
             {
                 "traj_id": a.traj_ids[t],
@@ -440,9 +433,9 @@ def step_records(a: AnnotatedLog, positions: np.ndarray) -> list[dict]:
                 "adv_episode": get(C.ADV_EPISODE, p),
                 "adv_step": get(C.ADV_STEP, p),
                 "advantage": get(C.ADVANTAGE, p),
-                "step_group_id": None if sgid is None else finite_int(sgid[p]),
-                "step_group_size": None if size is None else finite_int(size[p]),
-                "history_groups": None if (h := v.get(C.HISTORY_GROUPS)) is None else finite_int(h[p]),
+                "step_group_id": get(C.STEP_GROUP_ID, p, finite_int),
+                "step_group_size": get(C.STEP_GROUP_SIZE, p, finite_int),
+                "history_groups": get(C.HISTORY_GROUPS, p, finite_int),
                 "critical": bool(critical[p]),
             }
         )

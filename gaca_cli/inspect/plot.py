@@ -15,15 +15,7 @@ import numpy as np
 from gaca_cli.credit.config import METHODS
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
-from gaca_cli.inspect.data import (
-    AnnotatedLog,
-    config_for,
-    find_group,
-    find_traj,
-    group_trajs,
-    recompute,
-    traj_positions,
-)
+from gaca_cli.inspect.data import AnnotatedLog, config_for, recompute, selected_trajs, traj_positions
 from gaca_cli.log import columns as C
 
 
@@ -46,10 +38,8 @@ class PlotData:
 
 
 def _profile_traj(a: AnnotatedLog, config: InspectConfig) -> int:
-    if config.traj is not None:
-        return find_traj(a, config.traj)
-    if config.group is not None:
-        return int(group_trajs(a, find_group(a, config.group))[0])
+    if (trajs := selected_trajs(a, config.traj, config.group)) is not None:
+        return trajs[0]
     lam = a.values.get(C.GACA_WEIGHT)
     if lam is None:
         return int(np.argmax(a.index.traj_len))

@@ -184,6 +184,10 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
+def _spread(counts: dict) -> str:
+    return f"min {counts['min']}  ·  mean {counts['mean']:.1f}  ·  max {counts['max']}"
+
+
 def overview(view: dict) -> RenderableType:
     parts = _preamble(view, "overview")
 
@@ -193,8 +197,6 @@ def overview(view: dict) -> RenderableType:
     counts.columns[1].justify = "right"
     counts.columns[0].min_width, counts.columns[2].min_width = len("episode groups"), len("trajectories per group")
     counts.columns[3].overflow = "fold"  # words wrap; one too long for the column folds, never …
-    spt = view["steps_per_trajectory"]
-    tpg = view["trajectories_per_group"]
     success = view["success"]
     success_text = (
         "– (no success column)"
@@ -202,17 +204,12 @@ def overview(view: dict) -> RenderableType:
         else f"{_pct(success['rate'])}  ({success['successes']:,} of {success['known']:,} trajectories)"
     )
     rows = [
-        (
-            "rows",
-            f"{view['rows']:,}",
-            "steps per trajectory",
-            f"min {spt['min']}  ·  mean {spt['mean']:.1f}  ·  max {spt['max']}",
-        ),
+        ("rows", f"{view['rows']:,}", "steps per trajectory", _spread(view["steps_per_trajectory"])),
         (
             "trajectories",
             f"{view['trajectories']:,}",
             "trajectories per group",
-            f"min {tpg['min']}  ·  mean {tpg['mean']:.1f}  ·  max {tpg['max']}",
+            _spread(view["trajectories_per_group"]),
         ),
         ("episode groups", f"{view['groups']:,}", "success rate", success_text),
         ("", "", "mean return R(τ)", fmt(view["mean_return"])),
@@ -238,12 +235,8 @@ def overview(view: dict) -> RenderableType:
         cells = [signed(dist[k]) if signed_cols else Text(fmt(dist[k])) for k in stats]
         rows_of_numbers.append((labels[key], cells, Text(sparkline(dist["histogram"]["counts"]), style="magenta")))
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False)
-    table.add_column(
-        "distribution",
-        style="bold",
-        no_wrap=True,
-        min_width=max(len(label) for label in ["distribution", *(r[0] for r in rows_of_numbers)]),
-    )
+    label_width = max(len(label) for label in ["distribution", *(r[0] for r in rows_of_numbers)])
+    table.add_column("distribution", style="bold", no_wrap=True, min_width=label_width)
     for i, name in enumerate(stats):  # a number is never cut: the line grows instead (see print_paged)
         width = max([len(name)] + [cells[i].cell_len for _, cells, _ in rows_of_numbers])
         table.add_column(name, justify="right", no_wrap=True, min_width=width)
@@ -285,12 +278,8 @@ def overview(view: dict) -> RenderableType:
         bars = Table(box=None, show_header=True, padding=(0, 1), pad_edge=False)
         # the numbers keep their width (the bars shrink first, then the line grows)
         bars.add_column("step-group size", justify="right", style="bold", no_wrap=True, min_width=15)
-        bars.add_column(
-            "steps",
-            justify="right",
-            no_wrap=True,
-            min_width=max([len("steps"), *(len(f"{n:,}") for n in sizes.values())]),
-        )
+        count_width = max([len("steps"), *(len(f"{n:,}") for n in sizes.values())])
+        bars.add_column("steps", justify="right", no_wrap=True, min_width=count_width)
         bars.add_column("", justify="right", no_wrap=True, min_width=4)
         bars.add_column("", no_wrap=True)
         top = max(sizes.values()) or 1
@@ -304,10 +293,8 @@ def overview(view: dict) -> RenderableType:
         line = Text()
         line.append(f"{CRITICAL_MARK} critical steps ", style="bold yellow")
         line.append(f"{crit['count']:,} ({_pct(crit['share'])})")
-        line.append(
-            f"  NLL z ≥ {crit['threshold_z']:g} (z {'from the file' if crit['z_from'] == 'file' else 'within the trajectory'})",
-            style="dim",
-        )
+        z_from = "from the file" if crit["z_from"] == "file" else "within the trajectory"
+        line.append(f"  NLL z ≥ {crit['threshold_z']:g} (z {z_from})", style="dim")
         parts += [Text(), line]
 
     ex = view["example_ids"]
@@ -451,19 +438,11 @@ def _step_cells(step: dict, columns: Sequence[str], lam_bar: float | None, drop:
     return [cells[c] for c in columns]
 
 
-def _available(view: dict, steps: Sequence[dict]) -> dict[str, bool]:
-    def has(key: str) -> bool:
-        return any(s[key] is not None for s in steps)
-
-    return {
-        "anchor": has("anchor"),
-        "size": has("step_group_size"),
-        "history": has("history_groups"),
-        "nll": has("nll"),
-        "lambda": has("lambda"),
-        "adv_episode": has("adv_episode"),
-        "adv_step": has("adv_step"),
-    }
+def _available(steps: Sequence[dict]) -> dict[str, bool]:
+    """Whether any of `steps` has a value for each optional column (by the step field it shows)."""
+    fields = {"anchor": "anchor", "size": "step_group_size", "history": "history_groups", "nll": "nll"}
+    fields |= {"lambda": "lambda", "adv_episode": "adv_episode", "adv_step": "adv_step"}
+    return {column: any(s[key] is not None for s in steps) for column, key in fields.items()}
 
 
 def _columns(base: Sequence[str], available: dict[str, bool]) -> list[str]:
@@ -526,7 +505,7 @@ def steps(view: dict, *, wide: bool = False) -> RenderableType:
     all_steps = [s for traj in view["trajectories"] for s in traj["steps"]]
     cols = _columns(
         "mark step action anchor size history nll z lambda adv_episode adv_step advantage".split(),
-        _available(view, all_steps),
+        _available(all_steps),
     )
     drop = "" if wide else common_start([s["anchor"] for s in all_steps])
     for traj in view["trajectories"]:
@@ -556,7 +535,7 @@ def top(view: dict, *, wide: bool = False) -> RenderableType:
     parts = _preamble(view, what)
     cols = _columns(
         ["mark", "rank", "traj", "step", "action", "nll", "z", "lambda", "adv_episode", "adv_step", "advantage"],
-        _available(view, view["rows"]),
+        _available(view["rows"]),
     )
     table = _step_table(wide, columns=cols)
     key_col = {"nll": "nll", "weight": "lambda", "advantage": "advantage", "abs-advantage": "advantage"}[view["by"]]
@@ -623,13 +602,11 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
     parts.append(used)
     check = view["file_check"]
     if check is not None and not check["matches"]:
-        parts.append(
-            Text(
-                f"note: the file's advantage column differs from the recomputed {check['method']} "
-                f"(max |Δ| = {check['max_abs_diff']:.3g}); was it written with other options?",
-                style="yellow",
-            )
+        note = (
+            f"note: the file's advantage column differs from the recomputed {check['method']} "
+            f"(max |Δ| = {check['max_abs_diff']:.3g}); was it written with other options?"
         )
+        parts.append(Text(note, style="yellow"))
 
     title = Text(f"all {view['steps']:,} steps", style="bold")
     title.append(f"  (|Δ|, corr, rank corr and same sign: against {base})", style="dim")
@@ -639,14 +616,8 @@ def compare(view: dict, *, wide: bool = False) -> RenderableType:
     ]
     summary = FitTable(columns, {}, wide=False)
     for row in view["summary"]:
-        cells = [
-            Text(row["method"]),
-            signed(row["mean"], 2),
-            Text(fmt(row["std"], 2)),
-            signed(row["min"], 2),
-            signed(row["max"], 2),
-            Text(_pct(row["positive_share"])),
-        ]
+        cells = [Text(row["method"]), signed(row["mean"], 2), Text(fmt(row["std"], 2))]
+        cells += [signed(row["min"], 2), signed(row["max"], 2), Text(_pct(row["positive_share"]))]
         if row["method"] == base:
             cells += [Text("baseline", style="dim"), Text(""), Text(""), Text("")]
         else:

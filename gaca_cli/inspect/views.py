@@ -6,18 +6,17 @@ from __future__ import annotations
 import numpy as np
 
 from gaca_cli.credit.config import METHODS
+from gaca_cli.credit.summary import SIZE_BUCKETS
 from gaca_cli.errors import GacaError
 from gaca_cli.inspect.config import InspectConfig
 from gaca_cli.inspect.data import (
     CRITICAL_Z,
     AnnotatedLog,
     config_for,
-    find_group,
-    find_traj,
     finite_float,
-    group_trajs,
     method_advantages,
     select,
+    selected_trajs,
     selection_record,
     step_records,
     trajectory_record,
@@ -26,8 +25,6 @@ from gaca_cli.log import columns as C
 from gaca_cli.log.schema import COMMAND_NEEDS
 
 N_BINS = 24  # bins of every histogram
-
-SIZE_BUCKETS = ((1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, None, "17+"))
 
 
 def histogram(values: np.ndarray, bins: int = N_BINS) -> dict:
@@ -268,11 +265,8 @@ def compare_view(a: AnnotatedLog, config: InspectConfig) -> dict:
 
 def steps_view(a: AnnotatedLog, config: InspectConfig) -> dict:
     """--traj / --group: every step of one trajectory, or of each trajectory of a group."""
-    if config.traj is not None:
-        trajs = [find_traj(a, config.traj)]
-    else:
-        assert config.group is not None
-        trajs = [int(t) for t in group_trajs(a, find_group(a, config.group))]
+    trajs = selected_trajs(a, config.traj, config.group)
+    assert trajs is not None
     out = {"view": "steps", **a.header(), "selection": selection_record(config), "lambda_bar": a.lambda_bar}
     out["critical_threshold_z"] = CRITICAL_Z
     out["trajectories"] = [trajectory_record(a, t) for t in trajs]

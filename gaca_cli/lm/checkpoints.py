@@ -60,19 +60,20 @@ def check_out_dir(out_dir: Path, resume: bool) -> None:
         raise ValueError(f"{out_dir} exists and is not an empty directory; choose another -o")
 
 
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The newest complete checkpoint (its trainer_state.json is written last)."""
+def _complete_checkpoints(out_dir: Path) -> list[Path]:
+    """The complete checkpoints (their trainer_state.json is written last), oldest first."""
     root = out_dir / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return None
-    done = sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / STATE_FILE).exists())
-    return done[-1] if done else None
+    paths = root.iterdir() if root.is_dir() else ()
+    return sorted(p for p in paths if p.name.startswith("step-") and (p / STATE_FILE).exists())
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    complete = _complete_checkpoints(out_dir)
+    return complete[-1] if complete else None
 
 
 def prune_checkpoints(out_dir: Path, keep: int) -> None:
-    root = out_dir / CHECKPOINTS_DIR
-    complete = sorted(p for p in root.iterdir() if p.name.startswith("step-") and (p / STATE_FILE).exists())
-    for old in complete[:-keep]:
+    for old in _complete_checkpoints(out_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     remove_partial_checkpoints(out_dir)
 

@@ -219,10 +219,3 @@ def policy_token_loss(
     if behavior_logp is not None:
         stats["ratio"] = importance_ratio(logp.detach(), behavior_logp)
     return loss, stats
-
-
-def effective_sample_size(weights: torch.Tensor) -> float:
-    """ESS fraction of importance weights: (Σw)² / (N·Σw²) ∈ (0, 1]; 1 when all are equal."""
-    w = weights.to(torch.float64)
-    denom = float(w.numel()) * float((w * w).sum())
-    return float(w.sum()) ** 2 / denom if denom > 0 else float("nan")

@@ -198,25 +198,9 @@ def suffix_logprobs(
 ) -> list[np.ndarray]:
     """For each sequence (sharing tokens [0, depth) whose keys and values are `kv`), float32
     log-probs of its spans' tokens, from one batched forward of the suffixes seq[depth:]."""
-    import torch
-
-    tails = [s[depth:] for s in seqs]
-    width = max(len(t) for t in tails)
-    ids = np.full((len(tails), width), scorer.pad_id, dtype=np.int64)
-    flat_parts, target_parts, counts = [], [], []
-    for b, (seq, tail, sp) in enumerate(zip(seqs, tails, spans)):
-        ids[b, : len(tail)] = tail
-        pos = np.concatenate([np.arange(s, e, dtype=np.int64) for s, e in sp]) if len(sp) else np.zeros(0, np.int64)
-        flat_parts.append(b * width + pos - 1 - depth)  # the hidden state predicting each action token
-        target_parts.append(seq[pos].astype(np.int64))
-        counts.append(len(pos))
-    flat = torch.from_numpy(np.concatenate(flat_parts)).to(scorer.device)
-    targets = torch.from_numpy(np.concatenate(target_parts)).to(scorer.device)
-    hidden, cache = _run(scorer, torch.from_numpy(ids).to(scorer.device), _cache(scorer.model, kv, len(tails)))
-    chosen = hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat)
-    del hidden, cache
-    lp = scorer._logprobs_at(lambda i, j: scorer.head(chosen[i:j]), len(flat), targets)
-    return np.split(lp.cpu().numpy(), np.cumsum(counts)[:-1])
+    return scorer.suffix_logprobs(
+        seqs, spans, depth, lambda ids: _run(scorer, ids, _cache(scorer.model, kv, len(ids)))[0]
+    )
 
 
 def prefix_cache_ok(scorer) -> bool:

@@ -7,7 +7,7 @@ command line reads these options without importing any of that (`gaca --help` st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from gaca_cli.config import check_choices, invalid
@@ -83,19 +83,8 @@ class ScoreConfig:
         `--device` and `--max-batch-tokens` may change on resume (after an out-of-memory stop,
         say): they decide which steps share a batch, which moves fp32 results by float
         rounding only (~1e-7), as the out-of-memory back-off does within one run."""
-        keep = (
-            "model",
-            "revision",
-            "dtype",
-            "temperature",
-            "token_logprobs",
-            "context",
-            "add_special_tokens",
-            "strict_prefix",
-            "pack",
-            "share_prefixes",
-            "chunk_rows",
-        )
         from gaca_cli.lm.models import model_key
 
-        return {k: getattr(self, k) for k in keep} | {"model": model_key(self.model)}
+        free = ("device", "trust_remote_code", "max_batch_tokens", "resume")  # not in the fingerprint
+        kept = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in free}
+        return kept | {"model": model_key(self.model)}

@@ -240,7 +240,7 @@ class Scorer:
 
         with torch.inference_mode():
             if self.fast_head:
-                return self._logprobs_fast(seqs, spans)
+                return self.suffix_logprobs(seqs, spans, 0, self._hidden)
             return [self._logprobs_model(s, sp) for s, sp in zip(seqs, spans)]
 
     def _positions(self, spans: np.ndarray, row: int, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -250,21 +250,27 @@ class Scorer:
         )
         return row * width + pos - 1, pos
 
-    def _logprobs_fast(self, seqs: list[np.ndarray], spans: list[np.ndarray]) -> list[np.ndarray]:
+    def suffix_logprobs(
+        self, seqs: list[np.ndarray], spans: list[np.ndarray], depth: int, hidden_of: Callable[[Any], Any]
+    ) -> list[np.ndarray]:
+        """For each sequence, float32 log-probs of its spans' tokens from one batched forward of the
+        suffixes seq[depth:] (`hidden_of(ids)`: the decoder's last hidden states, after the `depth`
+        tokens all the sequences share when depth > 0), the head applied at action positions only."""
         import torch
 
-        width = max(len(s) for s in seqs)
-        ids = np.full((len(seqs), width), self.pad_id, dtype=np.int64)
+        tails = [s[depth:] for s in seqs]
+        width = max(len(t) for t in tails)
+        ids = np.full((len(tails), width), self.pad_id, dtype=np.int64)
         flat_parts, target_parts, counts = [], [], []
-        for b, (seq, sp) in enumerate(zip(seqs, spans)):
-            ids[b, : len(seq)] = seq
+        for b, (seq, tail, sp) in enumerate(zip(seqs, tails, spans)):
+            ids[b, : len(tail)] = tail
             flat, pos = self._positions(sp, b, width)
-            flat_parts.append(flat)
+            flat_parts.append(flat - depth)
             target_parts.append(seq[pos].astype(np.int64))
             counts.append(len(pos))
         where = torch.from_numpy(np.concatenate(flat_parts)).to(self.device)
         targets = torch.from_numpy(np.concatenate(target_parts)).to(self.device)
-        hidden = self._hidden(torch.from_numpy(ids).to(self.device))  # [B, L, d]
+        hidden = hidden_of(torch.from_numpy(ids).to(self.device))  # [B, L, d]
         chosen = hidden.reshape(-1, hidden.shape[-1]).index_select(0, where)  # [n_action_tokens, d]
         del hidden
         lp = self._logprobs_at(lambda i, j: self.head(chosen[i:j]), len(where), targets)
@@ -439,16 +445,7 @@ def score_shard(
             continue
         pos = np.concatenate([np.arange(index.traj_start[t], index.traj_start[t] + index.traj_len[t]) for t in trajs])
         rows = index.order[pos]
-        tokens = tokenize_steps(
-            log,
-            rows,
-            tokenizer,
-            context=config.context,
-            add_special_tokens=config.add_special_tokens,
-            strict_prefix=config.strict_prefix,
-            vocab_size=scorer.input_vocab_size,
-            model=config.model,
-        )
+        tokens = tokenize_steps(log, rows, tokenizer, config, vocab_size=scorer.input_vocab_size)
         lengths_of_steps = np.array([len(c) + len(a) for c, a in zip(tokens.context, tokens.action)], dtype=np.int64)
         check_positions(log, rows, lengths_of_steps, tokens.source, scorer.position_limit)
         plan = build_plan(tokens.context, tokens.action, [int(x) for x in lengths], config.pack)
@@ -608,17 +605,9 @@ def run_score(
         "trajectories": index.n_traj,
         "packed_trajectories": s["packed_trajectories"],
         "sequences": s["segments"],
-        "unique_sequences": s["unique_sequences"],
-        "duplicate_sequences": s["duplicate_sequences"],
-        "forwards": s["forwards"],
-        "tokens": s["tokens"],
-        "padded_tokens": s["padded_tokens"],
-        "forwarded_tokens": s["forwarded_tokens"],
-        "shared_prefixes": s["shared_prefixes"],
-        "action_tokens": s["action_tokens"],
-        "empty_actions": s["empty_actions"],
-        "prefix_mismatch_rows": s["prefix_mismatch_rows"],
-        "prefix_mismatch_examples": s["prefix_mismatch_examples"],
+        **{k: s[k] for k in ("unique_sequences", "duplicate_sequences", "forwards", "tokens", "padded_tokens")},
+        **{k: s[k] for k in ("forwarded_tokens", "shared_prefixes", "action_tokens", "empty_actions")},
+        **{k: s[k] for k in ("prefix_mismatch_rows", "prefix_mismatch_examples")},
         "context_sources": {
             "token_ids": s["from_token_ids"],
             "prompt": s["from_prompt"],

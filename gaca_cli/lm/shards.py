@@ -91,14 +91,10 @@ def trajectory_costs(log, index) -> np.ndarray:
         return pc.list_value_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
 
     per_row = np.zeros(n, dtype=np.float64)
-    for ctx_name in (C.PROMPT_TOKEN_IDS, C.PROMPT, C.MESSAGES):
-        if ctx_name in names:
-            per_row += lengths(ctx_name)
-            break
-    for act_name in (C.ACTION_TOKEN_IDS, C.ACTION):
-        if act_name in names:
-            per_row += lengths(act_name)
-            break
+    for candidates in ((C.PROMPT_TOKEN_IDS, C.PROMPT, C.MESSAGES), (C.ACTION_TOKEN_IDS, C.ACTION)):
+        name = next((c for c in candidates if c in names), None)  # the context's, then the action's
+        if name is not None:
+            per_row += lengths(name)
     sorted_cost = per_row[index.order]
     costs = np.zeros(index.n_traj, dtype=np.float64)
     np.maximum.at(costs, index.traj, sorted_cost)

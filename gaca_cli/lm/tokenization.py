@@ -17,6 +17,7 @@ Positions are never shifted silently.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -24,10 +25,14 @@ import pyarrow.compute as pc
 
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.checks import rows_text
+from gaca_cli.log.checks import row_violation
 from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.reading import Log
 from gaca_cli.log.widening import widest_type
+
+if TYPE_CHECKING:
+    from gaca_cli.lm.score_config import ScoreConfig
+    from gaca_cli.lm.train_config import TrainConfig
 
 #: where a step's tokens came from (StepTokens.source)
 FROM_TOKEN_IDS, FROM_PROMPT, FROM_MESSAGES = 0, 1, 2
@@ -53,16 +58,6 @@ class StepTokens:
     prefix_mismatch: np.ndarray
 
 
-def _error(log: Log, column: str, rule: str, rows: np.ndarray) -> GacaError:
-    return GacaError(
-        rule,
-        file=log.files_of_rows(rows),
-        column=log.original_name(column),
-        rows=rows_text(log.table, rows),
-        n_rows=len(rows),
-    )
-
-
 def text_source(log: Log, context: str) -> str | None:
     """The text column contexts come from (prompt wins over messages under auto), or None."""
     names = log.table.column_names
@@ -70,10 +65,7 @@ def text_source(log: Log, context: str) -> str | None:
         if context not in names:
             raise GacaError(f"--context {context} needs a column '{context}'", file=log.source, column=context)
         return context
-    for name in (C.PROMPT, C.MESSAGES):
-        if name in names:
-            return name
-    return None
+    return next((name for name in (C.PROMPT, C.MESSAGES) if name in names), None)
 
 
 def _rows_of(log: Log, name: str, rows: np.ndarray) -> pa.ChunkedArray:
@@ -118,7 +110,7 @@ def _render_messages(log: Log, tokenizer, rows: np.ndarray, model: str) -> list[
         try:
             text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         except Exception as exc:  # jinja errors of the model's own template: a data/model problem
-            raise _error(
+            raise row_violation(
                 log, C.MESSAGES, f"the chat template cannot render this chat ({exc})", np.array([row])
             ) from None
         out.append(text)
@@ -136,17 +128,11 @@ def _tokenize(tokenizer, texts: list[str], add_special_tokens: bool) -> list[np.
 
 
 def tokenize_steps(
-    log: Log,
-    rows: np.ndarray,
-    tokenizer,
-    *,
-    context: str = "auto",
-    add_special_tokens: bool = False,
-    strict_prefix: bool = False,
-    vocab_size: int | None = None,
-    model: str = "",
+    log: Log, rows: np.ndarray, tokenizer, options: ScoreConfig | TrainConfig, vocab_size: int | None = None
 ) -> StepTokens:
-    """Context and action tokens of the original rows `rows` (see the module docstring).
+    """Context and action tokens of the original rows `rows` (see the module docstring), under
+    the command's --context, --add-special-tokens, --strict-prefix (`options`; --model names
+    the tokenizer in errors).
 
     Raises GacaError for rows that have neither usable token ids nor text, token ids outside
     the vocabulary, an empty context before a non-empty action, and (with strict_prefix) rows
@@ -156,6 +142,7 @@ def tokenize_steps(
     names = table.column_names
     rows = np.asarray(rows, dtype=np.int64)
     n = len(rows)
+    context = options.context
     ctx: list[np.ndarray | None] = [None] * n
     act: list[np.ndarray | None] = [None] * n
     source = np.full(n, -1, dtype=np.int8)
@@ -181,7 +168,7 @@ def tokenize_steps(
         (p_ids, p_ok), (a_ids, a_ok) = lists[C.PROMPT_TOKEN_IDS], lists[C.ACTION_TOKEN_IDS]
         use = p_ok & a_ok
         if context == "tokens" and not use.all():
-            raise _error(log, C.PROMPT_TOKEN_IDS, "--context tokens: token ids are null", rows[~use])
+            raise row_violation(log, C.PROMPT_TOKEN_IDS, "--context tokens: token ids are null", rows[~use])
         for i in np.flatnonzero(use):
             ctx[i], act[i] = p_ids[i], a_ids[i]
             source[i] = FROM_TOKEN_IDS
@@ -191,18 +178,14 @@ def tokenize_steps(
         text_col = text_source(log, context)
         if text_col is None or C.ACTION not in names:
             what = "'prompt' or 'messages'" if text_col is None else "'action'"
-            raise _error(
-                log,
-                C.PROMPT if text_col is None else C.ACTION,
-                f"these rows have no token ids, and the log has no column {what} to tokenise",
-                rows[need_text],
-            )
+            rule = f"these rows have no token ids, and the log has no column {what} to tokenise"
+            raise row_violation(log, C.PROMPT if text_col is None else C.ACTION, rule, rows[need_text])
         text_rows = rows[need_text]
         if text_col == C.PROMPT:
             contexts = _rows_of(log, C.PROMPT, text_rows).to_pylist()
-            special = add_special_tokens
+            special = options.add_special_tokens
         else:
-            contexts = _render_messages(log, tokenizer, text_rows, model)
+            contexts = _render_messages(log, tokenizer, text_rows, options.model)
             special = False  # a chat template writes its own special tokens
         actions = _rows_of(log, C.ACTION, text_rows).to_pylist()
         ctx_tok = _tokenize(tokenizer, contexts, special)
@@ -218,8 +201,8 @@ def tokenize_steps(
                 mismatch[i] = True
                 bad.append(j)
         if bad:
-            if strict_prefix:
-                raise _error(
+            if options.strict_prefix:
+                raise row_violation(
                     log,
                     C.ACTION,
                     "the context's tokens are not a prefix of the tokens of context + action "
@@ -237,12 +220,8 @@ def tokenize_steps(
     if empty_ctx.any():
         column = CONTEXT_COLUMN[int(source[np.flatnonzero(empty_ctx)[0]])]  # the first such row's
         hint = "" if column == C.PROMPT_TOKEN_IDS else " (try --add-special-tokens to start with the BOS token)"
-        raise _error(
-            log,
-            column,
-            f"the context has no tokens, so the first action token has nothing to be predicted from{hint}",
-            rows[empty_ctx],
-        )
+        rule = f"the context has no tokens, so the first action token has nothing to be predicted from{hint}"
+        raise row_violation(log, column, rule, rows[empty_ctx])
     return StepTokens(context=ctx_arr, action=act_arr, source=source, prefix_mismatch=mismatch)
 
 
@@ -254,12 +233,8 @@ def _check_ranges(log: Log, rows: np.ndarray, ctx: list, act: list, vocab_size: 
     for column, ids in ((C.PROMPT_TOKEN_IDS, ctx), (C.ACTION_TOKEN_IDS, act)):
         bad = [i for i, x in enumerate(ids) if len(x) and (x.min() < 0 or x.max() >= vocab_size)]
         if bad:
-            raise _error(
-                log,
-                column,
-                f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary)",
-                rows[np.array(bad)],
-            )
+            rule = f"token ids must lie in 0..{vocab_size - 1} (the model's vocabulary)"
+            raise row_violation(log, column, rule, rows[np.array(bad)])
 
 
 def check_positions(
@@ -272,7 +247,7 @@ def check_positions(
         return
     over = np.flatnonzero(np.asarray(lengths) > limit)
     if len(over):
-        raise _error(
+        raise row_violation(
             log,
             CONTEXT_COLUMN[int(source[over[0]])],
             f"context + action is up to {int(np.max(lengths[over])):,} tokens, longer than the {limit:,} "

@@ -198,7 +198,3 @@ class TrainConfig:
         out = asdict(self)
         out["lora_targets"] = list(self.lora_targets)
         return out
-
-
-# --------------------------------------------------------------------------------------------
-# data: logged steps -> token sequences

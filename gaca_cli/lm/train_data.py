@@ -117,13 +117,8 @@ def choose_behavior(
     for name in present:
         col = contiguous_decoded(log.table.column(name))
         if not (is_list_type(col.type) and pa.types.is_floating(col.type.value_type)):
-            problems.append(
-                GacaError(
-                    f"type {col.type} is not usable here; expected list<float32>",
-                    file=log.source,
-                    column=log.original_name(name),
-                )
-            )
+            rule = f"type {col.type} is not usable here; expected list<float32>"
+            problems.append(GacaError(rule, file=log.source, column=log.original_name(name)))
             continue
         values = index.sorted_column(log.table, name)
         lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
@@ -139,24 +134,17 @@ def choose_behavior(
                 if name == C.BEHAVIOR_LOGPROBS
                 else "; score with the same tokenizer as --model"
             )
-            problems.append(
-                row_violation(
-                    log,
-                    name,
-                    f"has a different number of log-probs than the action has tokens under this tokenizer "
-                    f"(first: {lengths[bad[0]]} vs {n_action[bad[0]]}){hint}",
-                    index.order[bad],
-                )
+            rule = (
+                f"has a different number of log-probs than the action has tokens under this tokenizer "
+                f"(first: {lengths[bad[0]]} vs {n_action[bad[0]]}){hint}"
             )
+            problems.append(row_violation(log, name, rule, index.order[bad]))
             continue
         lists = values.to_pylist()
         nonfinite = [i for i in np.flatnonzero(kept) if not np.all(np.isfinite(np.asarray(lists[i], dtype=np.float64)))]
         if nonfinite:
-            problems.append(
-                row_violation(
-                    log, name, "must be finite (no NaN, no ±inf, no null)", index.order[np.asarray(nonfinite)]
-                )
-            )
+            rows = index.order[np.asarray(nonfinite)]
+            problems.append(row_violation(log, name, "must be finite (no NaN, no ±inf, no null)", rows))
             continue
         if name == C.TOKEN_LOGPROBS:
             _warn_other_temperature(log, config)
@@ -195,16 +183,7 @@ def build_train_data(
     advantage = read_advantages(log, index)
     useful = config.carries_gradient(advantage)
     candidates = np.flatnonzero(useful)
-    tokens = tokenize_steps(
-        log,
-        index.order[candidates],
-        tokenizer,
-        context=config.context,
-        add_special_tokens=config.add_special_tokens,
-        strict_prefix=config.strict_prefix,
-        vocab_size=vocab_size,
-        model=config.model,
-    )
+    tokens = tokenize_steps(log, index.order[candidates], tokenizer, config, vocab_size=vocab_size)
     n = index.n_rows
     n_ctx = np.zeros(n, dtype=np.int64)
     n_act = np.zeros(n, dtype=np.int64)

@@ -151,18 +151,8 @@ class TrainResult:
 EventHandler = Callable[[str, dict], None]
 
 
-def _sum_stats():
-    return {
-        "policy": 0.0,
-        "kl": 0.0,
-        "tokens": 0.0,
-        "action_tokens": 0.0,
-        "ratio_sum": 0.0,
-        "ratio_sq": 0.0,
-        "ratio_n": 0.0,
-        "clipped": 0.0,
-        "seqs": 0.0,
-    }
+#: what each optimiser step adds up over its micro-batches (and over the processes)
+_SUMS = ("policy", "kl", "tokens", "action_tokens", "ratio_sum", "ratio_sq", "ratio_n", "clipped", "seqs")
 
 
 def train_device(device: str):
@@ -281,17 +271,7 @@ class _Trainer:
         done = 0
         with torch.no_grad():
             for group in groups:
-                with self.accelerator.autocast():
-                    logp = action_logprobs(
-                        self.model,
-                        [data.input_ids[i] for i in group],
-                        [int(data.n_context[i]) for i in group],
-                        self.pad_id,
-                        self.device,
-                        self.config.temperature,
-                        self.keep_mode,
-                    )
-                flat = logp.float().cpu().numpy()
+                flat = self._action_logprobs(group).float().cpu().numpy()
                 start = 0
                 for i in group:
                     n = int(lengths[i] - data.n_context[i])
@@ -300,6 +280,20 @@ class _Trainer:
                 done += len(group)
                 self.emit("reference", {"done": done, "total": len(data)})
         return out  # type: ignore[return-value]
+
+    def _action_logprobs(self, sequences: np.ndarray):
+        """log π_θ of the action tokens of the given sequences, one flat tensor (under autocast)."""
+        data = self.data
+        with self.accelerator.autocast():
+            return action_logprobs(
+                self.model,
+                [data.input_ids[i] for i in sequences],
+                [int(data.n_context[i]) for i in sequences],
+                self.pad_id,
+                self.device,
+                self.config.temperature,
+                self.keep_mode,
+            )
 
     # ---- build the trainable model, optimiser and scheduler ----
     def prepare(self) -> None:
@@ -347,23 +341,14 @@ class _Trainer:
         dummy = not groups  # this process got no sequence: a zero-weight pass keeps DDP in step
         if dummy:
             groups = [np.asarray([0], dtype=np.int64)]
-        sums = _sum_stats()
+        sums = dict.fromkeys(_SUMS, 0.0)
         ratio_max = torch.tensor(0.0, device=self.device)
         lr = self.scheduler.get_last_lr()[0]
         for j, group in enumerate(groups):
             members = batch[group]
             sync = acc.no_sync(self.model) if j < len(groups) - 1 else nullcontext()
             with sync:
-                with acc.autocast():
-                    logp = action_logprobs(
-                        self.model,
-                        [data.input_ids[i] for i in members],
-                        [int(data.n_context[i]) for i in members],
-                        self.pad_id,
-                        self.device,
-                        config.temperature,
-                        self.keep_mode,
-                    )
+                logp = self._action_logprobs(members)
                 act = n_action[group]
                 seq_of_token = torch.from_numpy(np.repeat(np.arange(len(members)), act)).to(self.device)
                 adv = torch.from_numpy(np.repeat(data.advantage[members], act)).to(self.device)
@@ -580,15 +565,8 @@ class _Trainer:
     def _train(self) -> TrainResult:
         acc = self.accelerator
         metrics_path = self.out_dir / METRICS_FILE
-        self.emit(
-            "start",
-            {
-                "total_steps": self.total,
-                "start_step": self.start_step,
-                "sequences": len(self.data),
-                "behavior_source": self.data.behavior_source,
-            },
-        )
+        start = {"total_steps": self.total, "start_step": self.start_step, "sequences": len(self.data)}
+        self.emit("start", {**start, "behavior_source": self.data.behavior_source})
         history: list[dict] = []
         wall = time.perf_counter()
         for step in range(self.start_step, self.total):

@@ -579,10 +579,7 @@ def initial_anchors_differ(
 
 def anchor_column(names: Collection[str]) -> str | None:
     """`anchor_key` wins over `anchor_obs` (log-schema.md); `names`: the log's columns."""
-    for name in (C.ANCHOR_KEY, C.ANCHOR_OBS):
-        if name in names:
-            return name
-    return None
+    return next((name for name in (C.ANCHOR_KEY, C.ANCHOR_OBS) if name in names), None)
 
 
 def anchors_of(log: Log, name: str) -> Anchors:

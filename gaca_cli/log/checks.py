@@ -108,9 +108,8 @@ def _column_checks(log: Log, out: CheckReport) -> tuple[set[str], bool]:
             continue
         file_type = schema.field(spec.name).type
         if not spec.accepts(file_type):
-            out.violations.append(
-                row_violation(log, spec.name, f"type {file_type} is not usable here; expected {spec.accepted_types}")
-            )
+            rule = f"type {file_type} is not usable here; expected {spec.accepted_types}"
+            out.violations.append(row_violation(log, spec.name, rule))
             bad.add(spec.name)
             fatal |= spec.required
             continue
@@ -151,9 +150,8 @@ def _column_checks(log: Log, out: CheckReport) -> tuple[set[str], bool]:
         both = ~np.isnan(lp.astype(np.float64)) & ~np.isnan(ti.astype(np.float64))
         rows = np.flatnonzero(both & (lp != ti))
         if len(rows):
-            out.violations.append(
-                row_violation(log, C.BEHAVIOR_LOGPROBS, "len(behavior_logprobs) must equal len(action_token_ids)", rows)
-            )
+            rule = "len(behavior_logprobs) must equal len(action_token_ids)"
+            out.violations.append(row_violation(log, C.BEHAVIOR_LOGPROBS, rule, rows))
     return bad, fatal
 
 
@@ -212,17 +210,13 @@ def _structure_checks(
     occupancy = np.bincount(pos[in_range], minlength=n)
     duplicate = in_range & (occupancy[pos] > 1)
     if duplicate.any():
-        out.violations.append(
-            row_violation(
-                log, C.STEP_IDX, "(traj_id, step_idx) must be unique", ids.by_id_and_step(np.flatnonzero(duplicate))
-            )
-        )
+        rows = ids.by_id_and_step(np.flatnonzero(duplicate))
+        out.violations.append(row_violation(log, C.STEP_IDX, "(traj_id, step_idx) must be unique", rows))
     # rows outside 0..T-1 reveal a gap (or a negative step) in their trajectory
     gap_rows = ids.by_id_and_step(np.flatnonzero(~in_range))
     if len(gap_rows):
-        out.violations.append(
-            row_violation(log, C.STEP_IDX, "steps of a trajectory must be 0..T-1 with no gap", gap_rows)
-        )
+        rule = "steps of a trajectory must be 0..T-1 with no gap"
+        out.violations.append(row_violation(log, C.STEP_IDX, rule, gap_rows))
     if duplicate.any() or len(gap_rows):
         return None
 
@@ -252,11 +246,8 @@ def _trajectory_rules(  # noqa: PLR0913
         er = contiguous_decoded(table.column(C.EPISODE_REWARD)).to_numpy(zero_copy_only=False)[order]
         differs = er != np.repeat(er[starts], lengths)
         if differs.any():
-            out.violations.append(
-                row_violation(
-                    log, C.EPISODE_REWARD, "must be constant within a trajectory", by_id_and_step(order[differs])
-                )
-            )
+            rows = by_id_and_step(order[differs])
+            out.violations.append(row_violation(log, C.EPISODE_REWARD, "must be constant within a trajectory", rows))
 
     if C.DONE in table.column_names and C.DONE not in bad:
         done = contiguous_decoded(table.column(C.DONE)).fill_null(False).to_numpy(zero_copy_only=False)
@@ -264,20 +255,16 @@ def _trajectory_rules(  # noqa: PLR0913
         last[order[starts + lengths - 1]] = True
         early = np.flatnonzero(done & ~last)
         if len(early):
-            out.violations.append(
-                row_violation(
-                    log, C.DONE, "done may be true only once per trajectory, on its last step", by_id_and_step(early)
-                )
-            )
+            rule = "done may be true only once per trajectory, on its last step"
+            out.violations.append(row_violation(log, C.DONE, rule, by_id_and_step(early)))
 
     traj_group = group_of_row[order[starts]]
     mixed = group_of_row != traj_group[traj_of_row]
     if mixed.any():
         bad_traj = np.unique(traj_of_row[mixed])
         rows = by_id_and_step(np.flatnonzero(np.isin(traj_of_row, bad_traj)))
-        out.violations.append(
-            row_violation(log, C.GROUP_ID, "each trajectory must belong to exactly one group_id", rows)
-        )
+        rule = "each trajectory must belong to exactly one group_id"
+        out.violations.append(row_violation(log, C.GROUP_ID, rule, rows))
         return None
 
     return _index(canonical, ids, order, starts, lengths, traj_group)
@@ -352,13 +339,8 @@ def _needs_checks(log: Log, command: str, out: CheckReport) -> None:
         if not names.intersection(alternatives):
             wanted = " or ".join(f"'{a}'" for a in alternatives)
             hint = _NEEDS_HINT.get(alternatives, "")
-            out.violations.append(
-                GacaError(
-                    f"{command.replace(':', ' --method ')} needs a column {wanted}{hint}",
-                    file=log.source,
-                    column=alternatives[0],
-                )
-            )
+            rule = f"{command.replace(':', ' --method ')} needs a column {wanted}{hint}"
+            out.violations.append(GacaError(rule, file=log.source, column=alternatives[0]))
 
 
 _NEEDS_HINT = {

@@ -1,5 +1,5 @@
 """Integer codes for ids: `id_codes` numbers them roughly by first appearance (cheap, local
-in memory) and ranks them in sorted order (`sort_order`), so that nothing written out or shown
+in memory) and ranks them in sorted order (`sorted_distinct`), so that nothing written out or shown
 depends on the order of rows."""
 
 from __future__ import annotations
@@ -11,19 +11,12 @@ import pyarrow.compute as pc
 
 def contiguous_decoded(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """One contiguous array, dictionaries decoded and strings widened to large_string."""
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(arr.type.value_type)
+    if pa.types.is_string(arr.type) or pa.types.is_string_view(arr.type):
+        arr = arr.cast(pa.large_string())
     if isinstance(arr, pa.ChunkedArray):
-        t = arr.type
-        if pa.types.is_dictionary(t):
-            arr = arr.cast(t.value_type)
-            t = t.value_type
-        if pa.types.is_string(t) or pa.types.is_string_view(t):
-            arr = arr.cast(pa.large_string())
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    else:
-        if pa.types.is_dictionary(arr.type):
-            arr = arr.cast(arr.type.value_type)
-        if pa.types.is_string(arr.type) or pa.types.is_string_view(arr.type):
-            arr = arr.cast(pa.large_string())
     return arr
 
 
@@ -37,7 +30,7 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
 
     Works chunk by chunk (a column is never concatenated): each chunk is dictionary-encoded
     (dictionary chunks as they are), and only the chunks' small dictionaries are sorted
-    (`sort_order`); equal neighbours in that order are one value.
+    (`sorted_distinct`); equal neighbours in that order are one value.
     """
     chunks = [arr] if isinstance(arr, pa.Array) else [c for c in arr.chunks if len(c)]
     if not chunks:
@@ -86,15 +79,10 @@ def id_codes(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, p
     return codes, rank, distinct
 
 
-def sort_order(values: pa.Array) -> np.ndarray:
-    """Stable argsort of `values` by pyarrow: strings and binaries by their bytes (for UTF-8,
-    code point order), integers numerically. int64 [len(values)]. See `sorted_distinct`."""
-    return sorted_distinct(values)[0]
-
-
 def sorted_distinct(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """`sort_order` of `values` and, along it, which values differ from the one before (the
-    first of each run of equal values). Returns (order int64 [K], first bool [K])."""
+    """The stable argsort of `values` by pyarrow (strings and binaries by their bytes, for UTF-8
+    code point order; integers numerically) and, along it, which values differ from the one
+    before (the first of each run of equal values). Returns (order int64 [K], first bool [K])."""
     order = pc.sort_indices(values).to_numpy().astype(np.int64, copy=False)
     first = np.ones(len(order), dtype=bool)
     if len(order) > 1:

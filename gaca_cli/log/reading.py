@@ -272,13 +272,10 @@ def statistics_null_count(path: str, name: str) -> int | None:
     leaves = [i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == name]
     if len(leaves) != 1:
         return None
-    total = 0
-    for g in range(meta.num_row_groups):
-        stats = meta.row_group(g).column(leaves[0]).statistics
-        if stats is None or not stats.has_null_count:
-            return None
-        total += stats.null_count
-    return total
+    stats = [meta.row_group(g).column(leaves[0]).statistics for g in range(meta.num_row_groups)]
+    if any(s is None or not s.has_null_count for s in stats):
+        return None
+    return sum(s.null_count for s in stats)
 
 
 def expand_inputs(paths: Sequence[str | os.PathLike]) -> list[tuple[str, bool]]:
@@ -409,13 +406,13 @@ def _verifying_format() -> ds.ParquetFileFormat:
 
 
 def _dataset(path: str) -> ds.Dataset:
-    import pyarrow.dataset as ds  # imported on use: only directories need it (it loads pandas where installed)
-
     """A directory of Parquet files (hive partitions allowed) whose schema is every file's
     columns together (pyarrow would take the first file's alone), text widths unified
     (`text_width_types`), then the partition keys the files do not hold. A key the files
     also hold as a column (polars' `write_parquet(partition_by=...)` keeps it) takes the
     files' type, and its values are read from the files."""
+    import pyarrow.dataset as ds  # imported on use: only directories need it (it loads pandas where installed)
+
     try:
         options = ds.FileSystemFactoryOptions(
             partition_base_dir=os.path.abspath(path), exclude_invalid_files=False, selector_ignore_prefixes=[".", "_"]
@@ -489,13 +486,8 @@ def _first_line(exc: BaseException) -> str:
 
 def read_metadata(path: str) -> dict[str, str]:
     """The gaca.* key/value metadata of one Parquet file."""
-    meta = pq.read_schema(path).metadata or {}
-    out = {}
-    for k, v in meta.items():
-        key = k.decode("utf-8", "replace")
-        if key.startswith("gaca."):
-            out[key] = v.decode("utf-8", "replace")
-    return out
+    meta = {k.decode("utf-8", "replace"): v for k, v in (pq.read_schema(path).metadata or {}).items()}
+    return {k: v.decode("utf-8", "replace") for k, v in meta.items() if k.startswith("gaca.")}
 
 
 def read_key_value_metadata(path: str) -> dict[str, str]:

@@ -85,44 +85,22 @@ class InputColumn:
         return KINDS[self.kind][1]
 
 
+_TOKENISED = ("score", "train-offline")  # the commands that tokenise the steps
+_GROUPED_BY_ANCHOR = ("advantages:gigpo", "advantages:gaca", "advantages:hgpo")
+_EVERY_METHOD = ("grpo", "gigpo", "gaca", "hgpo")
+
 INPUT_COLUMNS: tuple[InputColumn, ...] = (
     InputColumn(C.GROUP_ID, "id", True, False, ("all",), "episode group: rollouts that share a task / initial state"),
     InputColumn(C.TRAJ_ID, "id", True, False, ("all",), "one rollout; unique across the whole log"),
     InputColumn(C.STEP_IDX, "integer", True, False, ("all",), "0-based position of the step in its trajectory"),
     InputColumn(C.REWARD, "number", True, False, ("all",), "reward received after this step"),
-    InputColumn(
-        C.PROMPT,
-        "text",
-        False,
-        False,
-        ("score", "train-offline"),
-        "exact text the policy was given (after chat templating)",
-    ),
-    InputColumn(
-        C.MESSAGES,
-        "chat",
-        False,
-        False,
-        ("score", "train-offline"),
-        "the chat before templating; alternative to prompt",
-    ),
+    InputColumn(C.PROMPT, "text", False, False, _TOKENISED, "exact text the policy was given (after chat templating)"),
+    InputColumn(C.MESSAGES, "chat", False, False, _TOKENISED, "the chat before templating; alternative to prompt"),
     InputColumn(C.ACTION, "text", False, False, ("score", "train-offline", "inspect"), "text the policy produced"),
     InputColumn(
-        C.ANCHOR_OBS,
-        "text",
-        False,
-        False,
-        ("advantages:gigpo", "advantages:gaca", "advantages:hgpo"),
-        "environment observation at this step, without history",
+        C.ANCHOR_OBS, "text", False, False, _GROUPED_BY_ANCHOR, "environment observation at this step, without history"
     ),
-    InputColumn(
-        C.ANCHOR_KEY,
-        "key",
-        False,
-        False,
-        ("advantages:gigpo", "advantages:gaca", "advantages:hgpo"),
-        "precomputed state id; wins over anchor_obs",
-    ),
+    InputColumn(C.ANCHOR_KEY, "key", False, False, _GROUPED_BY_ANCHOR, "precomputed state id; wins over anchor_obs"),
     InputColumn(C.DONE, "bool", False, True, (), "true on the last step of a finished trajectory"),
     InputColumn(
         C.EPISODE_REWARD, "number", False, False, (), "the trajectory's return as logged; constant within a trajectory"
@@ -163,14 +141,9 @@ OUTPUT_COLUMNS: dict[str, tuple[OutputColumn, ...]] = {
         OutputColumn(C.TOKEN_LOGPROBS, "list<float>", (), "per-token log-probabilities (with --token-logprobs)"),
     ),
     "advantages": (
+        OutputColumn(C.RETURN_TO_GO, "double", _EVERY_METHOD, "discounted return-to-go G_t (Eq. 5)"),
         OutputColumn(
-            C.RETURN_TO_GO, "double", ("grpo", "gigpo", "gaca", "hgpo"), "discounted return-to-go G_t (Eq. 5)"
-        ),
-        OutputColumn(
-            C.ADV_EPISODE,
-            "double",
-            ("grpo", "gigpo", "gaca", "hgpo"),
-            "episode-level advantage A^E (Eq. 3); hgpo: with --base-group",
+            C.ADV_EPISODE, "double", _EVERY_METHOD, "episode-level advantage A^E (Eq. 3); hgpo: with --base-group"
         ),
         OutputColumn(C.ADV_STEP, "double", ("grpo", "gigpo", "gaca"), "step-level advantage A^S (Eq. 7); 0 for grpo"),
         OutputColumn(C.STEP_GROUP_ID, "int64", ("gigpo", "gaca"), "dense id of the (group_id, anchor) step group"),
@@ -180,8 +153,8 @@ OUTPUT_COLUMNS: dict[str, tuple[OutputColumn, ...]] = {
         OutputColumn(
             C.HISTORY_GROUPS, "int64", ("hgpo",), "number of history groups of two or more steps the step is in"
         ),
-        OutputColumn(C.ADVANTAGE, "double", ("grpo", "gigpo", "gaca", "hgpo"), "final advantage A_t"),
-        OutputColumn(C.ADV_METHOD, "string", ("grpo", "gigpo", "gaca", "hgpo"), "estimator that wrote the row"),
+        OutputColumn(C.ADVANTAGE, "double", _EVERY_METHOD, "final advantage A_t"),
+        OutputColumn(C.ADV_METHOD, "string", _EVERY_METHOD, "estimator that wrote the row"),
     ),
 }
 
@@ -251,11 +224,7 @@ def schema_documents() -> dict[str, dict]:
             ]
             for cmd, cols in OUTPUT_COLUMNS.items()
         },
-        "metadata_keys": {
-            "score": C.META_SCORE,
-            "advantages": C.META_ADVANTAGES,
-            "train-offline": C.META_TRAIN,
-        },
+        "metadata_keys": {"score": C.META_SCORE, "advantages": C.META_ADVANTAGES, "train-offline": C.META_TRAIN},
     }
     return {"log.schema.json": log, "outputs.schema.json": outputs}
 

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
 from gaca_cli.files import atomic_path
+from gaca_cli.log._splice.footer import SpliceUnsupported
 from gaca_cli.log.reading import (
     READ_ERRORS,
     Log,
@@ -105,8 +106,6 @@ def check_copied_columns(spliced: str, files: Sequence[str], copied: Sequence[st
             if rows != f.metadata.num_rows:  # a damaged page header can make a lone column read short
                 raise pa.ArrowInvalid(f"read {rows} rows of {f.metadata.num_rows}")
     except READ_ERRORS as exc:
-        from gaca_cli.log._splice import SpliceUnsupported
-
         for path in files:
             column = damaged_column(path, copied)
             if column is not None:  # one error, unless polars decodes it: then the full read does
@@ -120,8 +119,6 @@ def check_copied_columns(spliced: str, files: Sequence[str], copied: Sequence[st
                 with open_parquet(path) as f:
                     found = f.read(columns=[name]).column(0).null_count if name in f.schema_arrow.names else None
                 check_null_statistics(path, name, found)
-        from gaca_cli.log._splice import SpliceUnsupported
-
         raise SpliceUnsupported(f"the spliced output's null counts differ from its statistics ({wrong})")
 
 
@@ -154,8 +151,6 @@ def check_unread_columns(log: Log) -> None:
     """Read the columns of a log of plain files that `log` did not read, as `advantages` reads
     back the columns it copies and `validate` reads them all (check_copied_columns): a damaged
     page is the same one GacaError in a command that reads fewer columns (`inspect`)."""
-    from gaca_cli.log._splice import SpliceUnsupported
-
     read = columns_read(log)
     for path in log.files if log.plain_files else ():
         unread = [n for n in pq.read_schema(path).names if n not in read]

@@ -117,6 +117,17 @@ def test_no_module_is_longer_than_700_lines():
     assert not long, long
 
 
+def test_package_stays_within_its_line_budget():
+    """The package holds at most 19,000 lines of Python and its importers at most 3,000: growth is paid for by
+    simplifying, not by letting the code sprawl."""
+
+    def lines(folder: Path) -> int:
+        return sum(len(path.read_text("utf-8").splitlines()) for path in folder.rglob("*.py"))
+
+    assert lines(PACKAGE) <= 19_000
+    assert lines(PACKAGE / "integrations" / "imports") <= 3_000
+
+
 def test_bottom_layer_uses_the_standard_library_only():
     for name in (n for n in MODULES if layer_of(n) == 0):
         bad = {r for r in roots(imports_of(MODULES[name])) if r not in STDLIB and r != "gaca_cli"}

@@ -139,11 +139,6 @@ def test_token_weights_split_like_one_batch(aggregation):
     assert total == pytest.approx(expected, abs=1e-6)
 
 
-def test_ess():
-    assert L.effective_sample_size(torch.ones(5)) == pytest.approx(1.0)
-    assert L.effective_sample_size(torch.tensor([1.0, 0.0, 0.0, 0.0])) == pytest.approx(0.25)
-
-
 def test_lr_schedule_example():
     """total = 10, W = 2, m = 0: 0.5, 1, then ½(1 + cos(π k / 8)) for k = 0..7."""
     got = [lr_factor(s, 10, 2, 0.0) for s in range(10)]

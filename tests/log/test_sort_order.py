@@ -1,4 +1,4 @@
-"""grouping.sort_order / sorted_distinct (how ids are ranked and told apart) against Python's
+"""grouping.sorted_distinct (how ids are ranked and told apart) against Python's
 stable sort of the values' bytes, on text built to hit the corners of byte order: empty values,
 prefixes of each other, NUL bytes, multi-byte UTF-8 (code point order, not a locale's), values
 sharing a long prefix, duplicates, sliced arrays and every text type."""
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gaca_cli.log.grouping import sort_order, sorted_distinct
+from gaca_cli.log.grouping import sorted_distinct
 
 POOL = [
     "",
@@ -63,7 +63,7 @@ def check(arr: pa.Array) -> None:
     key = (lambda i: values[i].encode()) if isinstance(next(iter(values), b""), str) else (lambda i: values[i])
     order, first = sorted_distinct(arr)
     assert order.tolist() == sorted(range(len(values)), key=key)
-    np.testing.assert_array_equal(sort_order(arr), order)
+    np.testing.assert_array_equal(sorted_distinct(arr)[0], order)
     ordered = arr.take(pa.array(order)).to_pylist()
     assert first.tolist() == [i == 0 or ordered[i] != ordered[i - 1] for i in range(len(ordered))]
 

@@ -135,7 +135,7 @@ def splice_columns(
     page_index = any(p.offset_index is not None for _, pieces in plan for p in pieces)
     arrow_schema = pa.schema([f for f in arrow_in if f.name not in drop] + list(new_columns.schema))
     encoder = _NewColumns(new_columns, compression, dictionary_columns, statistics_columns, page_index)
-    starts = _cumulative(counts)
+    starts = [0, *itertools.accumulate(counts)]  # the first row of each row group
     workers = _workers()
     with ThreadPoolExecutor(max_workers=workers) as pool:  # pyarrow encodes without the GIL
         pending: deque[Future[_Encoded]] = deque()
@@ -163,15 +163,6 @@ def splice_columns(
         finally:
             for future in pending:
                 future.cancel()
-
-
-def _cumulative(counts: list[int]) -> list[int]:
-    """The first row of each row group."""
-    starts, total = [], 0
-    for n in counts:
-        starts.append(total)
-        total += n
-    return starts
 
 
 def _workers() -> int:
@@ -220,11 +211,8 @@ class _NewColumns:
     def encode(self, start: int, n: int) -> _Encoded:
         """The new columns' rows [start, start + n) as one row group."""
         table = self.table.slice(start, n)
-        constants = {}
-        for name in self.dictionary:
-            value = _one_value(table.column(name))
-            if value is not None:
-                constants[name] = value
+        values = {name: _one_value(table.column(name)) for name in self.dictionary}
+        constants = {name: value for name, value in values.items() if value is not None}
         files = []
         if len(constants) < table.num_columns:
             files.append(memory_footer(self._write(table.drop_columns(list(constants)))))
@@ -332,10 +320,8 @@ def _plan(inputs: list[Footer], top: list, kept: list[bool]) -> tuple[dict, list
     """The map input leaf index -> output leaf index, and each input row group with its kept
     chunks (validated)."""
     leaf_owner = [i for i, (_, _, leaves) in enumerate(top) for _ in range(leaves)]
-    leaf_map: dict[int, int] = {}
-    for leaf, owner in enumerate(leaf_owner):
-        if kept[owner]:
-            leaf_map[leaf] = len(leaf_map)
+    kept_leaves = [leaf for leaf, owner in enumerate(leaf_owner) if kept[owner]]
+    leaf_map = {leaf: i for i, leaf in enumerate(kept_leaves)}
     plan = []
     try:
         for inp in inputs:
@@ -466,15 +452,12 @@ def _write(dest: str, plan: list[tuple[Struct, list[Chunk]]], meta: Struct, new:
         pos = _pwrite_all(out, MAGIC, 0)
         for ordinal, ((rg, pieces), encoded) in enumerate(zip(plan, new, strict=True)):
             rg_start = pos
-            for p in pieces:
-                _copy(sources[p.path], out, p.start, p.length, pos)
-                p.delta = pos - p.start
-                _shift_chunk(p.chunk, p.delta)
-                pos += p.length
-            for p in encoded.pieces:
-                assert p.data is not None, "a new chunk is written once"
-                _pwrite_all(out, p.data, pos)
-                p.data = None  # lets the row group's buffer go
+            for p in pieces + encoded.pieces:
+                if p.data is None:  # an input's chunk
+                    _copy(sources[p.path], out, p.start, p.length, pos)
+                else:  # a new chunk, written once from memory
+                    _pwrite_all(out, p.data, pos)
+                    p.data = None  # lets the row group's buffer go
                 p.delta = pos - p.start
                 _shift_chunk(p.chunk, p.delta)
                 pos += p.length
