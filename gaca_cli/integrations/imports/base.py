@@ -26,20 +26,8 @@ File = str | os.PathLike  # a source file's path
 #: format does not map is kept as `source_<name>` (the core does the same for the columns the
 #: commands write)
 SCHEMA_COLUMNS = frozenset(
-    {
-        *C.REQUIRED,
-        C.PROMPT,
-        C.MESSAGES,
-        C.ACTION,
-        C.ANCHOR_OBS,
-        C.ANCHOR_KEY,
-        C.DONE,
-        C.EPISODE_REWARD,
-        C.PROMPT_TOKEN_IDS,
-        C.ACTION_TOKEN_IDS,
-        C.BEHAVIOR_LOGPROBS,
-        "extra",
-    }
+    {*C.REQUIRED, C.PROMPT, C.MESSAGES, C.ACTION, C.ANCHOR_OBS, C.ANCHOR_KEY, C.DONE, C.EPISODE_REWARD, "extra"}
+    | {C.PROMPT_TOKEN_IDS, C.ACTION_TOKEN_IDS, C.BEHAVIOR_LOGPROBS}
 )
 
 
@@ -261,26 +249,22 @@ def message_fields(messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return fields
 
 
-def _utf8_error(text: str) -> int | None:
-    """The position of the first byte that is not UTF-8 in `text` (read with
-    `errors="surrogateescape"`, which keeps such a byte as a lone surrogate), or None."""
+def _check_utf8(path: File, text: str, first_line: int = 1) -> None:
+    """A SourceError for a line or document that is not UTF-8 text (read with
+    `errors="surrogateescape"`, which keeps such a byte as a lone surrogate): its line, the
+    first bad byte, and a hint when the file is Parquet (which the JSON formats do not read)."""
     if text.isascii():
-        return None
+        return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return exc.start
-    return None
-
-
-def _not_utf8(path: File, text: str, bad: int, first_line: int = 1) -> SourceError:
-    """The error for a line or document that is not UTF-8 text: its line, the first bad byte,
-    and a hint when the file is Parquet (which the JSON formats do not read)."""
-    line = first_line + text.count("\n", 0, bad)
-    column = bad - (text.rfind("\n", 0, bad) + 1) + 1
-    byte = ord(text[bad]) - 0xDC00
-    hint = " (a Parquet file: this format reads JSON)" if first_line == 1 and text.startswith("PAR1") else ""
-    return SourceError(path, f"line {line}", None, f"not UTF-8 text (byte 0x{byte:02x} at column {column}){hint}")
+        bad = exc.start
+        line = first_line + text.count("\n", 0, bad)
+        column = bad - (text.rfind("\n", 0, bad) + 1) + 1
+        byte = ord(text[bad]) - 0xDC00
+        hint = " (a Parquet file: this format reads JSON)" if first_line == 1 and text.startswith("PAR1") else ""
+        rule = f"not UTF-8 text (byte 0x{byte:02x} at column {column}){hint}"
+        raise SourceError(path, f"line {line}", None, rule) from None
 
 
 #: a JSON escape of a UTF-16 surrogate: paired ones decode to one character, a lone one does not
@@ -330,9 +314,7 @@ def iter_jsonl(path: File) -> Iterator[tuple[int, Any]]:
     that is not UTF-8 text or not JSON is a SourceError naming it."""
     with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         for number, line in enumerate(fh, start=1):
-            bad = _utf8_error(line)
-            if bad is not None:
-                raise _not_utf8(path, line, bad, number)
+            _check_utf8(path, line, number)
             if line.strip():
                 yield number, _loads(line, path, f"line {number}")
 
@@ -352,9 +334,7 @@ def read_json(path: File) -> Any:
     is not UTF-8 text or not JSON is a SourceError naming the line."""
     with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         text = fh.read()
-    bad = _utf8_error(text)
-    if bad is not None:
-        raise _not_utf8(path, text, bad)
+    _check_utf8(path, text)
     return _loads(text, path, None)
 
 

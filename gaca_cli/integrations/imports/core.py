@@ -90,12 +90,6 @@ def _row_error(row: Mapping[str, Any], label: str, name: str, rule: str) -> Gaca
     return SourceError(file, where, name, rule)
 
 
-def _written_by_gaca() -> frozenset[str]:
-    from gaca_cli.log.schema import OUTPUT_COLUMNS
-
-    return frozenset(c.name for cols in OUTPUT_COLUMNS.values() for c in cols)
-
-
 def _normalise(
     row: dict[str, Any], reserved: frozenset[str], renamed: dict[str, str], label: str
 ) -> tuple[dict[str, Any], int]:
@@ -138,12 +132,6 @@ def _column(name: str, values: list[Any], rows: list[dict[str, Any]], format_nam
     raise GacaError(f"the {format_name} source's values cannot be stored in one column", file=label, column=name)
 
 
-def _batch_table(rows: list[dict[str, Any]], order: Mapping[str, None], format_name: str, label: str) -> pa.Table:
-    names = list(order)
-    arrays = [_column(name, [r.get(name) for r in rows], rows, format_name, label) for name in names]
-    return pa.Table.from_arrays(arrays, names=names)
-
-
 def _unify(earlier: pa.Schema, table: pa.Table, rows: list[dict[str, Any]], format_name: str, label: str) -> pa.Schema:
     """`earlier` (the batches before) unified with the schema of the batch `table`; a field
     whose values in this batch have a type its earlier values' cannot take names the batch's
@@ -165,7 +153,9 @@ def _unify(earlier: pa.Schema, table: pa.Table, rows: list[dict[str, Any]], form
 
 
 def _write_part(parts: _Parts, rows: list[dict[str, Any]], format_name: str) -> None:
-    table = _batch_table(rows, parts.order, format_name, parts.label)
+    names = list(parts.order)
+    arrays = [_column(name, [r.get(name) for r in rows], rows, format_name, parts.label) for name in names]
+    table = pa.Table.from_arrays(arrays, names=names)
     earlier = parts.schema
     parts.schema = table.schema if earlier is None else _unify(earlier, table, rows, format_name, parts.label)
     path = parts.directory / f"part-{len(parts.files):06d}.parquet"
@@ -175,9 +165,11 @@ def _write_part(parts: _Parts, rows: list[dict[str, Any]], format_name: str) -> 
 
 
 def _stream_parts(rows: Iterable[dict[str, Any]], parts: _Parts, format_name: str) -> None:
+    from gaca_cli.log.schema import OUTPUT_COLUMNS
+
     batch: list[dict[str, Any]] = []
     size = 0
-    reserved = _written_by_gaca()
+    reserved = frozenset(c.name for cols in OUTPUT_COLUMNS.values() for c in cols)  # the columns gaca writes
     for row in rows:
         row, n = _normalise(row, reserved, parts.renamed, parts.label)
         parts.order.update(dict.fromkeys(row))

@@ -184,11 +184,8 @@ def _steps(path: Path, where: str, prompt: Any, completion: Any) -> Iterator[dic
     prior_turns = sum(1 for m in prompt if m.get("role") == "assistant")  # few-shot turns are context
     turns = list(split_chat([*prompt, *completion]))[prior_turns:]
     if not turns:  # no assistant turn (an error before the first): the rollout is one empty step
-        context = plain_chat([*prompt, *completion])
-        yield {"messages": context, "action": ""}
-        return
-    for context, action, _message in turns:
-        yield {"messages": context, "action": action}
+        turns = [(plain_chat([*prompt, *completion]), "", {})]
+    yield from ({"messages": context, "action": action} for context, action, _ in turns)
 
 
 # --- verifiers 0.4: traces.jsonl ----------------------------------------------------------

@@ -196,13 +196,9 @@ def _read_dump(path: Path, label: str, lines: Lines) -> Iterator[dict]:
 def _per_turn(values: list[float] | None, n_steps: int) -> list[float] | None:
     """Per-turn values as one per step, when they line up with the turns: one per turn, or one
     per turn but the last (the turn that ended the episode without a tool call or a reply)."""
-    if values is None or not values:
-        return None
-    if len(values) == n_steps:
+    if values and len(values) == n_steps:
         return values
-    if len(values) == n_steps - 1:
-        return [*values, 0.0]
-    return None
+    return [*values, 0.0] if values and len(values) == n_steps - 1 else None
 
 
 def _read_trajectory(record: Mapping[str, Any], path: Path, where: str, label: str, line: int) -> Iterator[dict]:
@@ -266,7 +262,5 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict]:
             other = next(p for k, p in kinds.items() if k != kind)
             rule = f"holds {kind} but {other} holds the other kind: import rollout dumps and agent-loop trajectories"
             raise SourceError(path, None, None, rule + " separately")
-        if kind == "agent-loop trajectories":
-            yield from _read_trajectories(path, labels[path], itertools.chain([first], lines))
-        else:
-            yield from _read_dump(path, labels[path], itertools.chain([first], lines))
+        reader = _read_trajectories if kind == "agent-loop trajectories" else _read_dump
+        yield from reader(path, labels[path], itertools.chain([first], lines))
