@@ -1,5 +1,5 @@
 """`--from swift`: the rows read from the completions.jsonl files real ms-swift GRPO runs wrote
-(tests/data/swift/: 4.6.0, and 3.12.6, 3.7.3, 3.5.3, 3.4.1 under versions/), checked value by
+(tests/data/swift/: 4.6.0, and 3.12.6, 3.7.3, 3.5.3, 3.4.1, 3.2.2 under versions/), checked value by
 value against the file read here with json, and the command end to end."""
 
 from __future__ import annotations
@@ -259,9 +259,11 @@ def test_gaca_import_from_swift_bad_input_writes_nothing(tmp_path):
 # --- the layouts of earlier releases (versions/, written by make_fixture_versions.py) ----
 
 VERSIONS = DATA / "versions"
-#: each release's keys: 3.3 and 3.4 log the prompt as chat messages and no advantages, 3.5
-#: and 3.6 the templated prompt, 3.7 `advantage` (and entropy), 3.8 on the layout of 4.x
+#: each release's keys: 3.2 the chat messages and the weighted total `reward`, 3.3 and 3.4 the
+#: prompt as chat messages and no advantages, 3.5 and 3.6 the templated prompt, 3.7 `advantage`
+#: (and entropy), 3.8 on the layout of 4.x
 LAYOUTS = {
+    "3.2.2": ["step", "messages", "completion", "reward"],
     "3.4.1": ["step", "prompt", "completion", "HasE", "Brevity"],
     "3.5.3": ["step", "prompt", "completion", "HasE", "Brevity"],
     "3.7.3": ["step", "prompt", "completion", "HasE", "Brevity", "advantage", "entropy"],
@@ -273,7 +275,7 @@ def test_a_fixture_for_each_release_layout():
     assert sorted(p.name for p in VERSIONS.iterdir() if p.is_dir()) == sorted(LAYOUTS)
 
 
-@pytest.mark.parametrize("version", LAYOUTS)
+@pytest.mark.parametrize("version", [v for v in LAYOUTS if v != "3.2.2"])
 def test_every_value_of_each_release(version):
     path = VERSIONS / version / "completions.jsonl"
     table = lines(path)
@@ -316,3 +318,33 @@ def test_each_release_imports_and_gets_grpo_advantages(tmp_path, version):
     assert json.loads(res.stdout)["rows"] == 8
     adv = runner.invoke(app, ["advantages", str(out), "--method", "grpo", "-o", str(tmp_path / "adv.parquet")])
     assert adv.exit_code == 0, adv.output
+
+
+def test_every_value_of_ms_swift_3_2(tmp_path):
+    """3.2 logs each generation batch once (no repeated line): the messages before the
+    completion, and `reward`, the weighted total, which is the row's reward as it is."""
+    path = VERSIONS / "3.2.2" / "completions.jsonl"
+    table = lines(path)
+    assert [list(t) for t in table] == [LAYOUTS["3.2.2"]] * len(table) and len(table) == 2
+    rows = read(path)
+    assert len(rows) == 8
+    it = iter(rows)
+    for number, t in enumerate(table, start=1):
+        for i in range(len(t["messages"])):
+            row = next(it)
+            assert row["traj_id"] == f"{path}:{number}:{i}" and row["step_idx"] == 0 and row["done"] is True
+            assert row["messages"] == t["messages"][i] and "prompt" not in row
+            assert row["action"] == t["completion"][i]
+            assert row["reward"] == row["episode_reward"] == t["reward"][i]
+            assert row["training_step"] == int(t["step"][i])
+            assert not [k for k in row if k.startswith(("reward_", "source_"))] and "extra" not in row
+    # the first completion: HasE 1.0, Brevity -0.13, weighted by args.json's [1.0, 0.5] in float32
+    assert rows[0]["reward"] == pytest.approx(1.0 * 1.0 + 0.5 * -0.13, abs=1e-7)
+    groups = {(r["group_id"], json.dumps(r["messages"])) for r in rows}
+    assert len(groups) == len({g for g, _ in groups}) == 4  # two prompts at each of two steps
+    # the logged total is not weighted again: neither args.json's weights nor --reward-weights apply
+    assert [r["reward"] for r in read(path, weights=(2.0, 3.0))] == [r["reward"] for r in rows]
+    bad = tmp_path / "completions.jsonl"
+    bad.write_text(json.dumps({k: v for k, v in table[0].items() if k != "reward"}) + "\n")
+    with pytest.raises(GacaError, match="line 1: field 'reward': missing"):
+        read(bad)

@@ -37,16 +37,16 @@ INFO = FormatInfo(
     companions=("args.json",),
     carries="templated prompt, completion, per-function rewards, advantage, training step, extra logged columns",
     lacks="multi-step structure (a multi-turn rollout is logged as its last turn), anchors, token ids, log-probs",
-    source="ms-swift 4.6.0 and 3.3 to 3.12: swift/rlhf_trainers/grpo_trainer.py (3.x: swift/trainers/rlhf_trainer/; "
+    source="ms-swift 4.6.0 and 3.2 to 3.12: swift/rlhf_trainers/grpo_trainer.py (3.x: swift/trainers/rlhf_trainer/; "
     "GRPOTrainer.log, _log_rollout); swift/megatron/trainers/grpo_trainer.py (_build_log_table); "
     "swift/ray/megatron/base_trainer.py (_maybe_log_completions)",
     mapped={
         "prompt": "prompt (the chat template applied)",
-        "messages": "prompt, when it is chat messages (ms-swift 3.3 and 3.4)",
+        "messages": "prompt, when it is chat messages (ms-swift 3.3 and 3.4); messages (3.2)",
         "action": "completion",
         "reward": "the reward functions' columns (after completion, up to advantages), weighted by the run's "
         "reward_weights (args.json beside the file, or --reward-weights) and summed, NaN counted as 0 as ms-swift "
-        "does; reward (Ray layout)",
+        "does; reward, the weighted total as logged (ms-swift 3.2, Ray layout)",
         "episode_reward": "the same sum",
         "training_step": "step (gen_step in the Megatron and Ray layouts)",
         "source_advantage": "advantages (advantage in ms-swift 3.7; none before)",
@@ -143,35 +143,40 @@ def _table(
     """One line of GRPOTrainer.log (or the Megatron trainer): a table of equal-length lists."""
     where = f"line {line}"
     step_key = next((k for k in STEP_KEYS if k in record), "step")
-    for key in (step_key, "prompt", "completion"):
+    total = "prompt" not in record  # ms-swift 3.2: `messages`, and `reward` the weighted total (no function's own)
+    prompt_key = "messages" if total else "prompt"
+    for key in (step_key, prompt_key, "completion", *(["reward"] if total else [])):
         if key not in record:
             raise SourceError(path, where, key, "missing")
-    n = len(record["prompt"])
+    n = len(record[prompt_key])
     for key, value in record.items():
         if not isinstance(value, list) or len(value) != n:
             raise SourceError(path, where, key, f"must be a list of {n} values, one per completion")
     keys = list(record)
     advantages = next((k for k in ADVANTAGE_KEYS if k in record), None)
-    end = keys.index(advantages) if advantages else len(keys)  # no advantages: the rest are reward functions
-    functions = keys[keys.index("completion") + 1 : end]
-    if not functions:
-        raise SourceError(path, where, None, "no reward function column after 'completion'")
-    weights = _weights(options, run, functions, path, where)
-    others = [k for k in keys[end + 1 :] if k not in (step_key, "prompt", "completion")]
+    if not total:
+        end = keys.index(advantages) if advantages else len(keys)  # no advantages: the rest are reward functions
+        functions = keys[keys.index("completion") + 1 : end]
+        if not functions:
+            raise SourceError(path, where, None, "no reward function column after 'completion'")
+        weights = _weights(options, run, functions, path, where)
+    else:
+        functions, end, weights = ["reward"], keys.index("reward"), ()
+    others = [k for k in keys[end + 1 :] if k not in (step_key, prompt_key, "completion")]
     for i in range(n):
         here = f"{where}, completion {i}"
-        prompt, completion = record["prompt"][i], record["completion"][i]
+        prompt, completion = record[prompt_key][i], record["completion"][i]
         if not isinstance(completion, str):
             raise SourceError(path, here, "completion", f"must be text, got {completion!r:.40}")
-        if not isinstance(prompt, str):  # ms-swift 3.3 and 3.4 log the chat messages, not the templated text
-            prompt = plain_chat(chat_messages(prompt, path, here, "prompt", f"must be text or {CHAT}"))
+        if not isinstance(prompt, str):  # ms-swift 3.2 to 3.4 log the chat messages, not the templated text
+            prompt = plain_chat(chat_messages(prompt, path, here, prompt_key, f"must be text or {CHAT}"))
         values = [_reward_value(record[f][i], path, here, f) for f in functions]
-        reward = math.fsum(w * v for w, v in zip(weights, values) if not math.isnan(v))
+        reward = values[0] if total else math.fsum(w * v for w, v in zip(weights, values) if not math.isnan(v))
         step = _training_step(record[step_key][i], path, here, step_key)
         row = _row(prompt, completion, reward, step, (f"{path}:{line}:{_prompt_key(prompt)}", f"{path}:{line}:{i}"))
         if advantages:
             row["source_advantage"] = _reward_value(record[advantages][i], path, here, advantages)
-        row.update((f"{REWARD_PREFIX}{f}", v) for f, v in zip(functions, values))
+        row.update((f"{REWARD_PREFIX}{f}", v) for f, v in zip(functions, values) if not total)
         own, extra = rest(((key, record[key][i]) for key in others), path, here, WRITTEN, (REWARD_PREFIX,))
         yield with_extra({**row, **own}, extra)
 
@@ -194,7 +199,7 @@ def read(files: list[Path], options: ImportOptions) -> Iterator[dict[str, Any]]:
         run = _run_weights(path) if options.reward_weights is None else None
         previous: Any = None
         for line, where, record in objects(path):
-            if not isinstance(record.get("prompt"), list):
+            if not isinstance(record.get("prompt", record.get("messages")), list):
                 yield locate(_ray_row(record, path, line, where), path, where)
             elif record != previous:
                 previous = record

@@ -12,6 +12,9 @@ Run it once per release, each in a virtual environment of its own that has that 
 
 What each release's `GRPOTrainer.log` (swift/trainers/rlhf_trainer/grpo_trainer.py) writes:
 
+- 3.2 (`_generate_and_score_completions`, at each generation batch): `step` (the global
+  step before the batch's optimizer step), `messages` (the chat before the completion),
+  `completion`, `reward` (the weighted total); no function's own value, no advantages.
 - 3.3, 3.4: `step`, `prompt` (the chat messages, not templated), `completion`, one column
   per reward function; no advantages.
 - 3.5, 3.6: the same with `prompt` the templated text.
