@@ -1,6 +1,6 @@
 """`--from swift`: the rows read from the completions.jsonl files real ms-swift GRPO runs wrote
-(tests/data/swift/: 4.6.0, and 3.12.6, 3.7.3, 3.5.3, 3.4.1, 3.2.2 under versions/), checked value by
-value against the file read here with json, and the command end to end."""
+(tests/data/swift/: 4.6.0, and 3.12.6, 3.7.3, 3.5.3, 3.4.1, 3.2.2, 3.1.1.post1 under versions/),
+checked value by value against the file read here with json, and the command end to end."""
 
 from __future__ import annotations
 
@@ -259,10 +259,11 @@ def test_gaca_import_from_swift_bad_input_writes_nothing(tmp_path):
 # --- the layouts of earlier releases (versions/, written by make_fixture_versions.py) ----
 
 VERSIONS = DATA / "versions"
-#: each release's keys: 3.2 the chat messages and the weighted total `reward`, 3.3 and 3.4 the
+#: each release's keys: 3.1 and 3.2 the chat messages and the weighted total `reward`, 3.3 and 3.4 the
 #: prompt as chat messages and no advantages, 3.5 and 3.6 the templated prompt, 3.7 `advantage`
 #: (and entropy), 3.8 on the layout of 4.x
 LAYOUTS = {
+    "3.1.1.post1": ["step", "messages", "completion", "reward"],
     "3.2.2": ["step", "messages", "completion", "reward"],
     "3.4.1": ["step", "prompt", "completion", "HasE", "Brevity"],
     "3.5.3": ["step", "prompt", "completion", "HasE", "Brevity"],
@@ -275,7 +276,7 @@ def test_a_fixture_for_each_release_layout():
     assert sorted(p.name for p in VERSIONS.iterdir() if p.is_dir()) == sorted(LAYOUTS)
 
 
-@pytest.mark.parametrize("version", [v for v in LAYOUTS if v != "3.2.2"])
+@pytest.mark.parametrize("version", [v for v in LAYOUTS if "reward" not in LAYOUTS[v]])
 def test_every_value_of_each_release(version):
     path = VERSIONS / version / "completions.jsonl"
     table = lines(path)
@@ -320,12 +321,13 @@ def test_each_release_imports_and_gets_grpo_advantages(tmp_path, version):
     assert adv.exit_code == 0, adv.output
 
 
-def test_every_value_of_ms_swift_3_2(tmp_path):
-    """3.2 logs each generation batch once (no repeated line): the messages before the
+@pytest.mark.parametrize("version", [v for v in LAYOUTS if "reward" in LAYOUTS[v]])
+def test_every_value_of_ms_swift_3_1_and_3_2(tmp_path, version):
+    """3.1 and 3.2 log each generation batch once (no repeated line): the messages before the
     completion, and `reward`, the weighted total, which is the row's reward as it is."""
-    path = VERSIONS / "3.2.2" / "completions.jsonl"
+    path = VERSIONS / version / "completions.jsonl"
     table = lines(path)
-    assert [list(t) for t in table] == [LAYOUTS["3.2.2"]] * len(table) and len(table) == 2
+    assert [list(t) for t in table] == [LAYOUTS[version]] * len(table) and len(table) == 2
     rows = read(path)
     assert len(rows) == 8
     it = iter(rows)

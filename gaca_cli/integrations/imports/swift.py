@@ -37,16 +37,16 @@ INFO = FormatInfo(
     companions=("args.json",),
     carries="templated prompt, completion, per-function rewards, advantage, training step, extra logged columns",
     lacks="multi-step structure (a multi-turn rollout is logged as its last turn), anchors, token ids, log-probs",
-    source="ms-swift 4.6.0 and 3.2 to 3.12: swift/rlhf_trainers/grpo_trainer.py (3.x: swift/trainers/rlhf_trainer/; "
+    source="ms-swift 4.6.0 and 3.1.1 to 3.12: swift/rlhf_trainers/grpo_trainer.py (3.x: swift/trainers/rlhf_trainer/; "
     "GRPOTrainer.log, _log_rollout); swift/megatron/trainers/grpo_trainer.py (_build_log_table); "
     "swift/ray/megatron/base_trainer.py (_maybe_log_completions)",
     mapped={
         "prompt": "prompt (the chat template applied)",
-        "messages": "prompt, when it is chat messages (ms-swift 3.3 and 3.4); messages (3.2)",
+        "messages": "prompt, when it is chat messages (ms-swift 3.3 and 3.4); messages (3.1, 3.2)",
         "action": "completion",
         "reward": "the reward functions' columns (after completion, up to advantages), weighted by the run's "
         "reward_weights (args.json beside the file, or --reward-weights) and summed, NaN counted as 0 as ms-swift "
-        "does; reward, the weighted total as logged (ms-swift 3.2, Ray layout)",
+        "does; reward, the weighted total as logged (ms-swift 3.1, 3.2, Ray layout)",
         "episode_reward": "the same sum",
         "training_step": "step (gen_step in the Megatron and Ray layouts)",
         "source_advantage": "advantages (advantage in ms-swift 3.7; none before)",
@@ -143,7 +143,7 @@ def _table(
     """One line of GRPOTrainer.log (or the Megatron trainer): a table of equal-length lists."""
     where = f"line {line}"
     step_key = next((k for k in STEP_KEYS if k in record), "step")
-    total = "prompt" not in record  # ms-swift 3.2: `messages`, and `reward` the weighted total (no function's own)
+    total = "prompt" not in record  # ms-swift 3.1, 3.2: `messages`, and `reward` the weighted total (no function's own)
     prompt_key = "messages" if total else "prompt"
     for key in (step_key, prompt_key, "completion", *(["reward"] if total else [])):
         if key not in record:
@@ -168,7 +168,7 @@ def _table(
         prompt, completion = record[prompt_key][i], record["completion"][i]
         if not isinstance(completion, str):
             raise SourceError(path, here, "completion", f"must be text, got {completion!r:.40}")
-        if not isinstance(prompt, str):  # ms-swift 3.2 to 3.4 log the chat messages, not the templated text
+        if not isinstance(prompt, str):  # ms-swift 3.1 to 3.4 log the chat messages, not the templated text
             prompt = plain_chat(chat_messages(prompt, path, here, prompt_key, f"must be text or {CHAT}"))
         values = [_reward_value(record[f][i], path, here, f) for f in functions]
         reward = values[0] if total else math.fsum(w * v for w, v in zip(weights, values) if not math.isnan(v))

@@ -12,9 +12,10 @@ Run it once per release, each in a virtual environment of its own that has that 
 
 What each release's `GRPOTrainer.log` (swift/trainers/rlhf_trainer/grpo_trainer.py) writes:
 
-- 3.2 (`_generate_and_score_completions`, at each generation batch): `step` (the global
-  step before the batch's optimizer step), `messages` (the chat before the completion),
-  `completion`, `reward` (the weighted total); no function's own value, no advantages.
+- 3.1.1 (the first with GRPO), 3.2: at each generation batch (`_prepare_inputs`, from 3.2
+  `_generate_and_score_completions`), `step` (the global step before the batch's optimizer
+  step), `messages` (the chat before the completion), `completion`, `reward` (the weighted
+  total); no function's own value, no advantages.
 - 3.3, 3.4: `step`, `prompt` (the chat messages, not templated), `completion`, one column
   per reward function; no advantages.
 - 3.5, 3.6: the same with `prompt` the templated text.
@@ -89,7 +90,9 @@ def main() -> None:
             log_completions=True,
             output_dir=str(work / "out"),
             report_to=["none"],
-            save_strategy="no",
+            # before 3.2, the end of training reads the last checkpoint's path, set only by a save
+            save_strategy="no" if minor >= (3, 2) else "steps",
+            save_steps=2,
             train_type="full",
             torch_dtype="float32",
             learning_rate=1e-3,
