@@ -210,7 +210,12 @@ def test_cli_modules_import_torch_only_inside_commands():
 
 
 #: what the library API runs for a command (gaca_cli.api): the commands call the API, never these themselves
-API_ONLY = ("gaca_cli.lm.scoring", "gaca_cli.integrations.imports.core", "gaca_cli.credit.reading", "gaca_cli.log.checks")
+API_ONLY = (
+    "gaca_cli.lm.scoring",
+    "gaca_cli.integrations.imports.core",
+    "gaca_cli.credit.reading",
+    "gaca_cli.log.checks",
+)
 #: the command module -> the gaca_cli.api functions it must call
 API_CALLS = {
     "gaca_cli.cli.cmd_advantages": ("run_advantages",),
