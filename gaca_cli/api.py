@@ -162,16 +162,24 @@ def import_logs(
     import pyarrow.parquet as pq
 
     from gaca_cli.integrations.imports.base import ImportOptions
-    from gaca_cli.integrations.imports.core import run_import
 
     weights = None if reward_weights is None else tuple(reward_weights)
     options = ImportOptions(reward_weights=weights, field_map=dict(field_map or {}))
     with tempfile.TemporaryDirectory(prefix="gaca-import-") as tmp:
         out = Path(output) if output is not None else Path(tmp) / "log.parquet"
-        result = run_import(format, _paths(sources), out, options, command)
-        if result.violations:
-            raise result.violations[0]
+        run_import(format, sources, out, options, command)
         return pq.read_table(out)
+
+
+def run_import(format_name: str, sources: Any, out: Path | None, options: Any, command: str = "validate") -> Any:
+    """The run of `import_logs` and `gaca import` (the first broken rule raised, nothing written), and of
+    `gaca validate --from` (`out` None: only checked, every broken rule in the result's `violations`)."""
+    from gaca_cli.integrations.imports.core import run_import as run
+
+    result = run(format_name, _paths(sources), out, options, command)
+    if out is not None and result.violations:
+        raise result.violations[0]
+    return result
 
 
 def score(
@@ -183,31 +191,35 @@ def score(
     `options` are the command's (`temperature`, `context`, `max_batch_tokens`, ...; with a
     loaded model, not those that load one: dtype, device, revision, trust_remote_code)."""
     from gaca_cli.lm.score_config import ScoreConfig
-    from gaca_cli.lm.scoring import run_score
 
-    loaded = None
+    loaded, name = None, str(model)
     if not isinstance(model, (str, os.PathLike)):
         loading = sorted({"dtype", "device", "revision", "trust_remote_code"} & set(options))
         if tokenizer is None or loading:
             raise TypeError(f"a loaded model is given with its tokenizer=, without options that load one {loading}")
         loaded = (model, tokenizer, next(model.parameters()).device, next(model.parameters()).dtype)
         name = getattr(model, "name_or_path", "") or type(model).__name__
-        config = options_config(ScoreConfig, options, model=name)
-    else:
-        config = options_config(ScoreConfig, {**options, "model": str(model)})
+    config = options_config(ScoreConfig, options, model=name)
     kind = _kind(data)
-    log = _log(data, kind, column_map)
-    training = loaded is not None and loaded[0].training
     with tempfile.TemporaryDirectory(prefix="gaca-score-") as tmp:
-        try:
-            if loaded is not None:
-                loaded[0].eval()
-            run = run_score(log, config, Path(tmp) / "scored.parquet", loaded=loaded)
-        finally:
-            if training:
-                loaded[0].train()  # type: ignore[index]
+        run = run_score(_log(data, kind, column_map), config, Path(tmp) / "scored.parquet", loaded=loaded)
     table = run.table.replace_schema_metadata({k.encode(): v.encode() for k, v in run.metadata.items()})
     return table if kind in ("paths", "arrow") else table.to_pandas() if kind == "pandas" else _polars(table)
+
+
+def run_score(log: Log, config: Any, out: Path, *, loaded: tuple | None = None, **shard: Any) -> Any:
+    """The run of `score` and `gaca score` (which gives its rank, world, barrier, agree and progress in `shard`):
+    `log` scored into `out`, a `loaded` (model, tokenizer, device, dtype) in eval mode, then left as it was."""
+    from gaca_cli.lm.scoring import run_score as run
+
+    training = loaded is not None and loaded[0].training
+    try:
+        if loaded is not None:
+            loaded[0].eval()
+        return run(log, config, out, loaded=loaded, **shard)
+    finally:
+        if training:
+            loaded[0].train()  # type: ignore[index]
 
 
 def _polars(table: pa.Table) -> Any:

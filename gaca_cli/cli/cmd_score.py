@@ -35,8 +35,8 @@ def score(
     """
     config = options.build()
     out = output_path(logs, output, "scored")
+    from gaca_cli.api import run_score
     from gaca_cli.cli.progress import ProgressBar, ScoreProgress
-    from gaca_cli.lm.scoring import run_score
     from gaca_cli.lm.shards import distributed_from_env
     from gaca_cli.log.reading import read_log
     from gaca_cli.render import score_summary

@@ -74,8 +74,8 @@ def _validate_source(
     as_json: bool,
 ) -> None:
     """`validate --from`: import into a temporary file, check, delete."""
+    from gaca_cli.api import run_import
     from gaca_cli.cli.cmd_import import check_format, import_options
-    from gaca_cli.integrations.imports.core import run_import
 
     source_format = check_format(source_format)
     options = import_options(source_format, field_maps, reward_weights)

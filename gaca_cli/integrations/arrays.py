@@ -9,6 +9,7 @@ imported here: tensors come from a caller that has it loaded.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -30,10 +31,12 @@ ARRAYS = "<arrays>"  # how errors name the input (GacaError.file)
 def options_config(config_class: type, options: Mapping[str, Any], **fixed: Any) -> Any:
     """A command's config from keyword options (`beta=0.3`), refused as on the command line: an
     unknown option (TypeError), a bad value or one with no effect (ValueError), named."""
-    names = [f.name for f in dataclasses.fields(config_class) if "help" in f.metadata]
+    names = [f.name for f in dataclasses.fields(config_class) if "help" in f.metadata and f.name not in fixed]
     unknown = sorted(set(options) - set(names))
     if unknown:
-        raise TypeError(f"unknown option {unknown[0]!r}; the options are: {', '.join(names)}")
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise TypeError(f"unknown option {unknown[0]!r}; {hint}the options are: {', '.join(names)}")
     config = config_class(**{**options, **fixed})
     for name, value in options.items():
         default = next(f.default for f in dataclasses.fields(config_class) if f.name == name)

@@ -1,6 +1,7 @@
 """Loading a causal LM and its tokenizer: one place for devices, dtypes and load errors.
 
-Used by `gaca score` and `gaca train-offline`. A model is a local directory or a hub id;
+Used by `gaca score` and `gaca train-offline`. A model is a local directory, a GGUF file (read
+by transformers with the gguf package, dequantized) or a hub id;
 `HF_HUB_OFFLINE=1` is honoured (transformers reads it), `trust_remote_code` stays off unless
 asked for, and safetensors weights are preferred when a checkpoint has both formats. Every
 failure to load becomes a `GacaError` (exit status 1, one line), never a traceback.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import re
 import warnings
@@ -92,7 +94,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _where(model: str) -> str:
-    if os.path.isdir(model):
+    if os.path.exists(model):
         return "directory"
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return "offline"
@@ -151,10 +153,22 @@ def _check_local(model: str) -> None:
                 file=model,
             )
         return
-    if os.path.exists(model):
-        raise GacaError("a model must be a directory or a hub id, not a file", file=model)
-    if _looks_like_path(model):
-        raise GacaError("no such model directory", file=model)
+    if os.path.exists(model) and model.lower().endswith(".gguf"):
+        from transformers.utils import is_gguf_available
+
+        if not is_gguf_available():
+            raise GacaError("a GGUF model file needs the gguf package (>= 0.10): pip install gguf", file=model)
+    elif os.path.exists(model):
+        raise GacaError("a model must be a directory, a GGUF file or a hub id, not a file of another kind", file=model)
+    elif _looks_like_path(model):
+        raise GacaError(f"no such model {'file' if model.lower().endswith('.gguf') else 'directory'}", file=model)
+
+
+def _source(model: str) -> tuple[str, dict[str, Any]]:
+    """(what from_pretrained reads, its extra arguments): a GGUF file is read by name from its directory."""
+    if os.path.isfile(model):
+        return os.path.dirname(os.path.abspath(model)), {"gguf_file": os.path.basename(model)}
+    return model, {}
 
 
 def quiet_transformers() -> None:
@@ -172,7 +186,8 @@ def load_tokenizer(model: str, revision: str | None = None, trust_remote_code: b
     _check_local(model)
     quiet_transformers()
     try:
-        return AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
+        source, gguf = _source(model)
+        return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code, **gguf)
     except _load_errors() as exc:
         raise _load_error(model, "tokenizer", exc) from None
 
@@ -190,6 +205,7 @@ def load_causal_lm(
     the model or tokenizer cannot be loaded, is not a causal LM, or the device is missing.
     """
     import torch  # noqa: F401  (fail early and clearly if torch is broken)
+    import transformers
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
@@ -212,14 +228,20 @@ def load_causal_lm(
                 lm = peft_model.merge_and_unload()
             lm.requires_grad_(True)  # peft froze the base weights; a loaded model trains them all
         else:
-            loaded: Any = AutoModelForCausalLM.from_pretrained(
-                model,
-                revision=revision,
-                dtype=torch_dtype,
-                trust_remote_code=trust_remote_code,
-                use_safetensors=None,  # prefer safetensors, accept .bin where that is all there is
-                output_loading_info=True,  # (model, what was missing, unexpected, mismatched)
-            )
+            source, gguf = _source(model)
+            if gguf and hasattr(transformers, "GgufConfig"):  # transformers 5: dense, so that it trains and saves
+                gguf["quantization_config"] = transformers.GgufConfig(dequantize=True)
+            # transformers draws its own tqdm bar while it dequantizes a GGUF file: not on our stderr
+            with contextlib.redirect_stderr(io.StringIO()) if gguf else contextlib.nullcontext():
+                loaded: Any = AutoModelForCausalLM.from_pretrained(
+                    source,
+                    **gguf,
+                    revision=revision,
+                    dtype=torch_dtype,
+                    trust_remote_code=trust_remote_code,
+                    use_safetensors=None,  # prefer safetensors, accept .bin where that is all there is
+                    output_loading_info=True,  # (model, what was missing, unexpected, mismatched)
+                )
             lm, info = loaded
             _check_loaded(info, model)
     except _load_errors(RuntimeError) as exc:
@@ -310,9 +332,9 @@ _CHUNK = 1 << 16  # bytes per chunk
 
 
 def model_key(model: str) -> str:
-    """`--model` as `--resume` compares it: a local directory by its resolved path (so that
-    `./llama`, `llama` and `/abs/llama` are one model), a hub id as it is."""
-    return os.path.realpath(model) if os.path.isdir(model) else model
+    """`--model` as `--resume` compares it: a local directory or GGUF file by its resolved path (so
+    that `./llama`, `llama` and `/abs/llama` are one model), a hub id as it is."""
+    return os.path.realpath(model) if os.path.exists(model) else model
 
 
 def model_fingerprint(model: str, revision: str | None = None) -> str:
@@ -324,13 +346,15 @@ def model_fingerprint(model: str, revision: str | None = None) -> str:
     the same shapes) change the sampled bytes; a resumed run of a 100 GB model stays instant.
     Only the directory's own files count, as transformers loads only those: a run that writes
     its output or checkpoints into a folder inside the model directory can still be resumed.
-    For a hub id: the id and revision (a cached hub snapshot is immutable per commit)."""
-    if not os.path.isdir(model):
+    For a GGUF file: the same, of that one file. For a hub id: the id and revision (a cached
+    hub snapshot is immutable per commit)."""
+    if not os.path.exists(model):
         return hashlib.sha256(f"hub:{model}@{revision or 'main'}".encode()).hexdigest()[:16]
     h = hashlib.sha256()
-    for name in sorted(os.listdir(model)):
-        path = os.path.join(model, name)
-        if not (name.endswith(_MODEL_FILES) and os.path.isfile(path)):
+    directory = os.path.isdir(model)
+    for path in [os.path.join(model, name) for name in sorted(os.listdir(model))] if directory else [model]:
+        name = os.path.basename(path)
+        if directory and not (name.endswith(_MODEL_FILES) and os.path.isfile(path)):
             continue
         size = os.path.getsize(path)
         h.update(f"{name}\0{size}\0".encode())

@@ -92,8 +92,16 @@ def test_column_map_reads_other_names():
 
 
 def test_options_are_checked_as_on_the_command_line(tiny):
-    with pytest.raises(TypeError, match="'betta'"):
+    with pytest.raises(TypeError, match="unknown option 'betta'; did you mean 'beta'\\? the options are: ") as error:
         gaca.advantages(tiny, method="gaca", betta=0.3)
+    listed = str(error.value).rpartition(": ")[2].split(", ")
+    assert "beta" in listed and "gamma" in listed and "method" not in listed  # method is a keyword of its own
+    with pytest.raises(TypeError, match="unknown option 'zzz'; the options are: ") as error:
+        gaca.compute_advantages(group_id=[0], traj_id=[0], step_idx=[0], reward=[1.0], method="grpo", zzz=1)
+    assert "method" not in str(error.value)
+    with pytest.raises(TypeError, match="did you mean 'temperature'") as error:
+        gaca.score(tiny, model="unused", temprature=2.0)
+    assert "'model'" not in str(error.value) and "max_batch_tokens" in str(error.value)
     with pytest.raises(ValueError, match="beta"):
         gaca.advantages(tiny, method="gaca", beta=-1.0)
     with pytest.raises(ValueError, match="beta=0.3 has no effect unless method gaca"):
@@ -220,6 +228,24 @@ def test_import_logs_equals_the_command(tmp_path):
             "chat-jsonl", write_jsonl(tmp_path / "bad.jsonl", [{"messages": 3}]), output=tmp_path / "x.parquet"
         )
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_validate_from_equals_validate_on_the_imported_log(tmp_path):
+    """`gaca validate --from` reports what `validate` finds in the table `import_logs` gives."""
+    from tests.integrations.test_import_chat_jsonl import TRAJECTORIES, write_jsonl
+
+    src = write_jsonl(tmp_path / "chats.jsonl", TRAJECTORIES)
+    for command, code in (("validate", 0), ("advantages:gaca", 1)):
+        result = CliRunner().invoke(app, ["validate", "--from", "chat-jsonl", str(src), "--for", command, "--json"])
+        assert result.exit_code == code, result.output
+        report = json.loads(result.stdout)
+        table = gaca.import_logs("chat-jsonl", src)
+        found = gaca.validate(table, command=command)
+        assert report["rows"] == table.num_rows and report["ok"] == (not found)
+        assert [(v.column, v.rule, list(v.rows), v.n_rows) for v in found] == [
+            (p["column"], p["rule"], p["rows"], p["n_rows"]) for p in report["violations"]
+        ]
+    assert found  # advantages:gaca needs nll_mean, which chat logs lack
 
 
 def test_score_equals_the_command(tmp_path, tiny_llama):

@@ -220,6 +220,34 @@ def test_cli_modules_import_torch_only_inside_commands():
         assert not bad, f"{name} imports {sorted(bad)} at module level"
 
 
+#: what the library API runs for a command (gaca_cli.api): the commands call the API, never these themselves
+API_ONLY = (
+    "gaca_cli.lm.scoring",
+    "gaca_cli.integrations.imports.core",
+    "gaca_cli.credit.reading",
+    "gaca_cli.log.checks",
+)
+#: the command module -> the gaca_cli.api functions it must call
+API_CALLS = {
+    "gaca_cli.cli.cmd_advantages": ("run_advantages",),
+    "gaca_cli.cli.cmd_score": ("run_score",),
+    "gaca_cli.cli.cmd_import": ("run_import",),
+    "gaca_cli.cli.cmd_validate": ("check", "run_import"),
+}
+
+
+def test_commands_are_thin_layers_over_the_api():
+    """advantages, score, import and validate (--from too) go through gaca_cli.api, as `import gaca_cli` does:
+    no command module imports the scoring loop, the importer, the log checks or the advantages reader."""
+    for name, path in MODULES.items():
+        if name.startswith("gaca_cli.cli"):
+            bad = sorted({m for m, _ in imports_of(path) if m.startswith(API_ONLY)})
+            assert not bad, f"{name} imports {bad}: call gaca_cli.api instead"
+    for name, functions in API_CALLS.items():
+        imported = {m for m, _ in imports_of(MODULES[name])}
+        assert {f"gaca_cli.api.{f}" for f in functions} <= imported, name
+
+
 def test_ast_reader_sees_nested_and_relative_imports(tmp_path):
     """The reader above tells module-level imports from those inside functions, and resolves
     relative imports (so `from ..cli import app` cannot slip past the layering checks)."""

@@ -218,3 +218,31 @@ def test_the_model_fingerprint_is_the_directorys_own_files(tiny_llama, tmp_path,
     monkeypatch.chdir(tmp_path)
     assert model_key("model") == model_key("./model") == model_key(str(model)) == model_key(f"{model}/")
     assert model_key("org/some-hub-id") == "org/some-hub-id"
+
+
+def test_a_gguf_file_is_a_model(tmp_path, monkeypatch):
+    """`--model FILE.gguf` (transformers reads it with the gguf package): without the package the
+    error says to install it, with it a broken file is one error line; a missing .gguf is named a
+    missing file, a file of another kind is refused. --resume knows the file by its resolved
+    path and its bytes."""
+    import importlib.util
+
+    from gaca_cli.lm.models import model_fingerprint, model_key
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 8)
+    needle = "cannot load the tokenizer" if importlib.util.find_spec("gguf") else "needs the gguf package"
+    with pytest.raises(GacaError, match=needle) as info:
+        load_causal_lm(str(gguf), device="cpu")
+    assert "\n" not in str(info.value) and str(gguf) in str(info.value)
+    with pytest.raises(GacaError, match="no such model file"):
+        load_causal_lm(str(tmp_path / "missing.gguf"), device="cpu")
+    with pytest.raises(GacaError, match="a directory, a GGUF file or a hub id, not a file of another kind"):
+        load_causal_lm(str(EXAMPLE_LOG), device="cpu")
+    before = model_fingerprint(str(gguf))
+    data = bytearray(gguf.read_bytes())
+    data[-1] ^= 1
+    gguf.write_bytes(bytes(data))
+    assert model_fingerprint(str(gguf)) != before
+    monkeypatch.chdir(tmp_path)
+    assert model_key("model.gguf") == model_key("./model.gguf") == model_key(str(gguf))

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -313,9 +313,3 @@ def _max_steps(log: Any) -> int:
 def _renamed(error: GacaError, file: str) -> GacaError:
     """A violation found in the temporary imported file, named after the sources instead."""
     return GacaError(error.rule, file=file, column=error.column, rows=error.rows, n_rows=error.n_rows)
-
-
-def format_table() -> Iterator[FormatInfo]:
-    """Every format's description, in `FORMATS` order."""
-    for name in FORMATS:
-        yield format_module(name).INFO
