@@ -145,12 +145,15 @@ def step_groups(log: Log, index: TrajectoryIndex, config: AdvantagesConfig) -> n
     )
 
 
-def compute_advantages(log: Log, config: AdvantagesConfig, row_return: np.ndarray | None = None) -> AdvantagesRun:
+def compute_advantages(
+    log: Log, config: AdvantagesConfig, row_return: np.ndarray | None = None, path_rows: int | None = None
+) -> AdvantagesRun:
     """Check the log, run the configured estimator, and build the output table: with the
-    numpy code or its compiled twins, chosen once for the run (gaca_cli.credit._compiled).
+    numpy code or its compiled twins, chosen once for the run (gaca_cli.credit._compiled) for
+    the log's rows or `path_rows` (a part of a larger log: Ray's blocks).
     `row_return`: R per row (float64 [N], file order) instead of the log's episode_reward; with
     episode statistics over trajectories, one value per trajectory (`Rollouts.row_return`)."""
-    with _compiled.chosen(log.table.num_rows) as kernels:
+    with _compiled.chosen(path_rows or log.table.num_rows) as kernels:
         return _compute(log, config, row_return, compiled=kernels is not None)
 
 
