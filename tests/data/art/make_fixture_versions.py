@@ -43,59 +43,18 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 import art  # noqa: E402
-from openai.types.chat.chat_completion import Choice  # noqa: E402
-from openai.types.chat.chat_completion_message import ChatCompletionMessage  # noqa: E402
-from openai.types.chat.chat_completion_message_tool_call import (  # noqa: E402
-    ChatCompletionMessageToolCall,
-    Function,
-)
+from fixture_chat import SYSTEM, TOOLS, chat, choice  # noqa: E402
 
 VERSION = importlib.metadata.version("openpipe-art")
 OUT = Path(__file__).resolve().parent / "versions" / VERSION
-SYSTEM = "You play a text adventure. Answer with one command."
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "look",
-            "description": "Describe the room.",
-            "parameters": {"type": "object", "properties": {}},
-        },
-    }
-]
-
-
-def choice(content: str | None, tool_call: tuple[str, str, str] | None = None) -> Choice:
-    calls = None
-    if tool_call is not None:
-        call_id, name, arguments = tool_call
-        calls = [
-            ChatCompletionMessageToolCall(
-                id=call_id, type="function", function=Function(name=name, arguments=arguments)
-            )
-        ]
-    return Choice(
-        finish_reason="tool_calls" if calls else "stop",
-        index=0,
-        message=ChatCompletionMessage(role="assistant", content=content, tool_calls=calls),
-    )
 
 
 def rollout(task: str, moves: list[str], reward: float, won: bool) -> art.Trajectory:
     """As make_fixture.py: system, task, a `look` tool call and its answer, then the moves."""
-    chat: list = [
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": f"Task: {task}. You are in the hall."},
-        choice(None, ("call_0", "look", "{}")),
-        {"role": "tool", "tool_call_id": "call_0", "content": "A hall. A key lies on the floor."},
-    ]
-    for i, move in enumerate(moves):
-        chat.append(choice(move))
-        if i < len(moves) - 1:
-            chat.append({"role": "user", "content": f"You did: {move}."})
+    messages = chat(task, moves)
     # metrics as floats (before 0.3 a metric must be a float); logs as the field (log() came later)
     trajectory = art.Trajectory(
-        messages_and_choices=chat,
+        messages_and_choices=messages,
         tools=TOOLS,
         reward=reward,
         metrics={"won": float(won), "moves": len(moves)},
