@@ -39,26 +39,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "lm"))
 sys.path.insert(0, str(HERE))
 
+from make_fixture import PLUGIN as PLUGIN_4X  # noqa: E402
 from make_fixture import ROWS  # noqa: E402
 from tiny_models import build_model  # noqa: E402
 
-PLUGIN = """
-from swift.plugin import ORM, orms
-
-
-class HasE(ORM):
-    def __call__(self, completions, **kwargs):
-        return [1.0 if "e" in c else 0.0 for c in completions]
-
-
-class Brevity(ORM):
-    def __call__(self, completions, **kwargs):
-        return [-len(c) / 100.0 for c in completions]
-
-
-orms["has_e"] = HasE
-orms["brevity"] = Brevity
-"""
+# make_fixture.py's reward functions; ms-swift 3.x keeps ORM and orms in swift.plugin
+PLUGIN = PLUGIN_4X.replace("from swift.rewards.orm import", "from swift.plugin import")
 
 
 def main() -> None:
