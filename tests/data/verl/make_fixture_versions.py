@@ -26,8 +26,8 @@ README.md here for the commands; never the project's own venv):
 The other lines have the same dumping methods (source compared) as a recorded one; run in
 their release, the script writes the recorded line's call to a temporary folder and checks the
 file is the same bytes: 0.4.1 (`_dump_generations` of 0.5.0; its `fit` passes no `request_id`),
-0.7.1 (`_dump_generations` and `_log_rollout_data` of 0.6.1; its `fit` passes the batch's numpy
-arrays, given here), 0.8.0 (`_log_rollout_data`, `_dump_generations`, `_write_generations` of
+0.7.1 (`_dump_generations` and `_log_rollout_data` of 0.6.1; with the numpy arrays its `fit`
+passes, a bool `acc` makes the dump raise TypeError), 0.8.0 (`_log_rollout_data`, `_dump_generations`, `_write_generations` of
 0.9.1). verl 0.3 writes no rollout dump.
 """
 
@@ -106,15 +106,23 @@ def rollout_batch(tok, ground_truth: bool) -> DataProto:
 
 
 def dump_06(tok, out: Path) -> None:
-    """verl 0.6 / 0.7: `_log_rollout_data` with gts and the reward function's `acc`, `pred`
-    (0.6's `compute_reward` returns lists; 0.7's `extract_reward` the batch's numpy arrays)."""
+    """verl 0.6 / 0.7: `_log_rollout_data` with gts and the reward function's `acc`, `pred` as
+    the lists 0.6's `compute_reward` returns. 0.7's `fit` passes the batch's numpy arrays
+    (`extract_reward`; the agent loop made them with `np.array`), whose `np.bool_` items `json`
+    cannot write: checked here to fail with TypeError (verl 0.8 writes `.tolist()`)."""
     trainer = RayPPOTrainer.__new__(RayPPOTrainer)  # only what _log_rollout_data reads
     trainer.tokenizer, trainer.global_steps = tok, 9
     _, _, _, acc, pred = texts(tok, 9)
-    extra: dict = {"acc": acc, "pred": pred}
     if verl.__version__.startswith("0.7."):
-        extra = {k: np.array(v, dtype=object) for k, v in extra.items()}
-    trainer._log_rollout_data(rollout_batch(tok, ground_truth=True), extra, {}, str(out))
+        arrays = {"acc": np.array(acc), "pred": np.array(pred)}
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                trainer._log_rollout_data(rollout_batch(tok, ground_truth=True), arrays, {}, tmp)
+            except TypeError as e:
+                print(f"verl {verl.__version__}, numpy bool acc: {e}")
+            else:
+                raise AssertionError("verl 0.7 wrote numpy bools")
+    trainer._log_rollout_data(rollout_batch(tok, ground_truth=True), {"acc": acc, "pred": pred}, {}, str(out))
 
 
 def dump_09(tok, out: Path) -> None:
