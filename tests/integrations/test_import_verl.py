@@ -326,3 +326,26 @@ def test_dumps_with_and_without_gts_and_extra_info(tmp_path, folder, kept, absen
     assert {"action", "input"} <= columns and "gts" not in summary["kept"]
     assert any(note.startswith("no prompt/messages (text or token ids)") for note in summary["missing"])
     assert not any("action" in note for note in summary["missing"])
+
+
+@pytest.mark.parametrize(
+    ("folder", "fields"),
+    [
+        ("0.5.0", {"acc", "pred", "request_id"}),  # also what 0.4.1 writes (the same _dump_generations)
+        ("0.6.1", {"gts", "acc", "pred"}),  # also what 0.7.1 writes; no request_id before 0.8
+        ("0.9.1-no-ground-truth", set()),  # also what 0.8.0 writes
+    ],
+)
+def test_each_release_line_dump_rows_hold_the_file_values(folder, fields):
+    (path,) = sorted((VERSIONS / folder).glob("*.jsonl"))
+    rows = read(path)
+    for line, (rec, row) in enumerate(zip(records(path), rows, strict=True), start=1):
+        assert set(rec) == {"input", "output", "score", "step"} | fields | ({"gts"} if "gts" in rec else set())
+        assert row["traj_id"] == f"{path.stem}/line{line}" and row["step_idx"] == 0 and row["done"] is True
+        assert row["group_id"] == f"{path.stem}/{hashlib.sha1(rec['input'].encode()).hexdigest()[:12]}"
+        assert row["reward"] == row["episode_reward"] == rec["score"]
+        assert row["action"] == rec["output"] and row["input"] == rec["input"] and row["step"] == rec["step"]
+        for key in fields:
+            assert row[key] == rec[key], key
+        assert set(row) & {"gts", "acc", "pred", "request_id"} == fields  # a null gts makes no column
+        assert "extra" not in row
