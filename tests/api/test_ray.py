@@ -19,6 +19,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import gaca_cli.ray as gaca_ray  # noqa: E402
+from gaca_cli.errors import GacaError  # noqa: E402
 from tests.api.test_api import cli_advantages  # noqa: E402
 from tests.credit.record_golden import CASES, tiny_table  # noqa: E402
 
@@ -98,3 +99,16 @@ def test_what_spans_episode_groups_is_refused():
         gaca_ray.advantages(dataset, method="gigpo", anchor_similarity=0.8, similarity_order="rows")
     with pytest.raises(TypeError, match="'betta'"):
         gaca_ray.advantages(dataset, method="gaca", betta=1)
+
+
+@pytest.mark.parametrize("block_rows", [None, 4])
+def test_a_broken_rule_is_the_commands_error(local_ray, block_rows):
+    """A gap in a trajectory's steps stops the run with the command's message, whether the
+    trajectory lies in one block or is cut by the blocks' edges (then its group is shuffled)."""
+    table = tiny_table()
+    steps = table.column("step_idx").to_pylist()
+    steps[-1] += 1  # the last trajectory skips a step
+    table = table.set_column(table.column_names.index("step_idx"), "step_idx", pa.array(steps, pa.int64()))
+    blocks = [table] if block_rows is None else [table.slice(i, block_rows) for i in range(0, len(table), block_rows)]
+    with pytest.raises(GacaError, match="steps of a trajectory must be 0..T-1"):
+        gaca_ray.advantages(ray.data.from_arrow(blocks), method="grpo").materialize()
