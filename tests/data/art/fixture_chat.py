@@ -50,3 +50,15 @@ def chat(task: str, moves: list[str]) -> list:
         if i < len(moves) - 1:
             messages.append({"role": "user", "content": f"You did: {move}."})
     return messages
+
+
+def few_shot() -> list:
+    """A hand-written assistant turn (a plain dict, not a sampled Choice: ART does not train on
+    it) before the task, answered by a sampled turn."""
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Example task: wait."},
+        {"role": "assistant", "content": "wait"},
+        {"role": "user", "content": "Task: go north. You are in the hall."},
+        choice("go north"),
+    ]

@@ -31,7 +31,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import art  # noqa: E402
 from art.utils.trajectory_migration import serialize_trajectory_groups  # noqa: E402
-from fixture_chat import SYSTEM, TOOLS, chat, choice  # noqa: E402
+from fixture_chat import TOOLS, chat  # noqa: E402
+from fixture_chat import few_shot as few_shot_chat  # noqa: E402
 
 HERE = Path(__file__).parent
 
@@ -61,15 +62,8 @@ def groups_step0() -> list[art.TrajectoryGroup]:
         metrics={"difficulty": 2},
         logs=["group door-1 done"],
     )
-    # A hand-written assistant turn (a plain dict, not a sampled Choice: ART does not train on it).
     few_shot = art.Trajectory(
-        messages_and_choices=[
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": "Example task: wait."},
-            {"role": "assistant", "content": "wait"},
-            {"role": "user", "content": "Task: go north. You are in the hall."},
-            choice("go north"),
-        ],
+        messages_and_choices=few_shot_chat(),
         reward=0.5,
         metrics={"won": False},
     )

@@ -43,7 +43,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 import art  # noqa: E402
-from fixture_chat import SYSTEM, TOOLS, chat, choice  # noqa: E402
+from fixture_chat import TOOLS, chat  # noqa: E402
+from fixture_chat import few_shot as few_shot_chat  # noqa: E402
 
 VERSION = importlib.metadata.version("openpipe-art")
 OUT = Path(__file__).resolve().parent / "versions" / VERSION
@@ -79,15 +80,8 @@ def groups_train() -> list[art.TrajectoryGroup]:
         ],
         "door-1",
     )
-    # A hand-written assistant turn (a plain dict, not a sampled Choice: ART does not train on it).
     few_shot = art.Trajectory(
-        messages_and_choices=[
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": "Example task: wait."},
-            {"role": "assistant", "content": "wait"},
-            {"role": "user", "content": "Task: go north. You are in the hall."},
-            choice("go north"),
-        ],
+        messages_and_choices=few_shot_chat(),
         reward=0.5,
         metrics={"won": 0.0},
     )
