@@ -51,6 +51,37 @@ orms["has_e"] = HasE
 orms["brevity"] = Brevity
 """
 
+
+def grpo_arguments(work: Path, model_dir: Path) -> dict:
+    """The GRPO run both fixture scripts record, as keyword arguments of ms-swift's RLHFArguments
+    (those every release since 3.1 takes alike): two reward functions, weights 1 and 0.5,
+    completions logged."""
+    return {
+        "rlhf_type": "grpo",
+        "model": str(model_dir),
+        "model_type": "qwen2",
+        "template": "qwen",
+        "dataset": [str(work / "data.jsonl")],
+        "external_plugins": [str(work / "plugin.py")],
+        "reward_funcs": ["has_e", "brevity"],
+        "reward_weights": [1.0, 0.5],
+        "num_generations": 2,
+        "per_device_train_batch_size": 4,
+        "max_completion_length": 8,
+        "max_steps": 2,
+        "logging_steps": 1,
+        "log_completions": True,
+        "output_dir": str(work / "out"),
+        "report_to": ["none"],
+        "torch_dtype": "float32",
+        "learning_rate": 1e-3,
+        "seed": 0,
+        "dataset_num_proc": 1,
+        "split_dataset_ratio": 0,
+        "use_hf": True,
+    }
+
+
 ROWS = [
     {
         "messages": [
@@ -79,33 +110,7 @@ def main() -> None:
         model_dir = build_model(work / "tiny-qwen2", arch="qwen2", seed=0)
         (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS * 2))
         (work / "plugin.py").write_text(PLUGIN)
-        args = RLHFArguments(
-            rlhf_type="grpo",
-            model=str(model_dir),
-            model_type="qwen2",
-            template="qwen",
-            dataset=[str(work / "data.jsonl")],
-            external_plugins=[str(work / "plugin.py")],
-            reward_funcs=["has_e", "brevity"],
-            reward_weights=[1.0, 0.5],
-            num_generations=2,
-            per_device_train_batch_size=4,
-            max_completion_length=8,
-            max_steps=2,
-            logging_steps=1,
-            log_completions=True,
-            log_entropy=True,
-            output_dir=str(work / "out"),
-            report_to=["none"],
-            save_strategy="no",
-            tuner_type="full",
-            torch_dtype="float32",
-            learning_rate=1e-3,
-            seed=0,
-            dataset_num_proc=1,
-            split_dataset_ratio=0,
-            use_hf=True,
-        )
+        args = RLHFArguments(**grpo_arguments(work, model_dir), log_entropy=True, save_strategy="no", tuner_type="full")
         rlhf_main(args)
         (written,) = (work / "out").glob("*/completions.jsonl")
         target = HERE / "grpo"

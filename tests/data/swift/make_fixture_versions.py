@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE.parents[1] / "lm"))
 sys.path.insert(0, str(HERE))
 
 from make_fixture import PLUGIN as PLUGIN_4X  # noqa: E402
-from make_fixture import ROWS  # noqa: E402
+from make_fixture import ROWS, grpo_arguments  # noqa: E402
 from tiny_models import build_model  # noqa: E402
 
 # make_fixture.py's reward functions; ms-swift 3.x keeps ORM and orms in swift.plugin
@@ -59,33 +59,12 @@ def main() -> None:
         (work / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS * 2))
         (work / "plugin.py").write_text(PLUGIN)
         args = RLHFArguments(
-            rlhf_type="grpo",
-            model=str(model_dir),
-            model_type="qwen2",
-            template="qwen",
-            dataset=[str(work / "data.jsonl")],
-            external_plugins=[str(work / "plugin.py")],
-            reward_funcs=["has_e", "brevity"],
-            reward_weights=[1.0, 0.5],
-            num_generations=2,
-            per_device_train_batch_size=4,
+            **grpo_arguments(work, model_dir),
             gradient_accumulation_steps=1,  # the GRPO default from 3.7 on; before, 16 / batch size
-            max_completion_length=8,
-            max_steps=2,
-            logging_steps=1,
-            log_completions=True,
-            output_dir=str(work / "out"),
-            report_to=["none"],
             # before 3.2, the end of training reads the last checkpoint's path, set only by a save
             save_strategy="no" if minor >= (3, 2) else "steps",
             save_steps=2,
             train_type="full",
-            torch_dtype="float32",
-            learning_rate=1e-3,
-            seed=0,
-            dataset_num_proc=1,
-            split_dataset_ratio=0,
-            use_hf=True,
             **({"log_entropy": True} if minor >= (3, 7) else {}),
         )
         rlhf_main(args)
