@@ -5,6 +5,7 @@ then through `gaca import`."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -83,13 +84,13 @@ def test_v1_uid_keys_give_groups_sessions_and_output_steps():
 
 
 def _runs(mask: list[int]) -> list[tuple[int, int]]:
-    runs, start = [], None
-    for i, m in enumerate([*mask, 0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            runs.append((start, i))
-            start = None
+    """[start, end) of each run of 1s, found apart from the importer's own `mask_runs`."""
+    runs, i = [], 0
+    for value, run in itertools.groupby(mask):
+        n = len(list(run))
+        if value:
+            runs.append((i, i + n))
+        i += n
     return runs
 
 
