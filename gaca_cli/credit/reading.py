@@ -51,7 +51,8 @@ def read_for_advantages(
     # (directories: assume a large log with anchors); importing them overlaps the read
     anchor_names = [column_map.get(n, n) for n in (C.ANCHOR_KEY, C.ANCHOR_OBS)]
     n_rows, has_anchors = _footer_facts([p for p, _ in inputs], anchor_names) if plain_files else (sys.maxsize, True)
-    threading.Thread(target=_warm_up, args=(n_rows, has_anchors), name="gaca-kernels", daemon=True).start()
+    kernels_too = _numba_import_leaves_streams_alone()
+    threading.Thread(target=_warm_up, args=(n_rows, has_anchors, kernels_too), name="gaca-kernels", daemon=True).start()
     deferred: list[str] = []  # the anchor column, read after the others if it is held
 
     def choose(names: list[str]) -> list[str]:
@@ -85,7 +86,25 @@ def _footer_facts(files: list[str], anchor_names: Sequence[str]) -> tuple[int, b
     return sum(m.num_rows for m in metas), anchors
 
 
-def _warm_up(n_rows: int, anchors: bool) -> None:
+def _numba_import_leaves_streams_alone() -> bool:
+    """Whether numba can be imported and loaded on the warm-up thread. Loading formats an error
+    message (numba.cpython.listobj) and, where numba found colorama at its import (in any
+    process that imported ray), wraps that in colorama's init and deinit, which assign
+    sys.stdout and sys.stderr: on a second thread that undoes what the main thread assigned
+    meanwhile (a notebook's or a test runner's capture, which then finds its stream closed).
+    numba's default colour scheme, "no_color", makes that highlighting a no-op, so it is turned
+    off before numba's import (NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING, read then). numba
+    imported already with colorama at hand, or a colour scheme the user chose: numba stays on
+    the main thread, loaded when the run needs it."""
+    if "numba" in sys.modules:
+        return "colorama" not in sys.modules
+    if os.environ.get("NUMBA_COLOR_SCHEME"):
+        return False
+    os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+    return True
+
+
+def _warm_up(n_rows: int, anchors: bool, kernels: bool) -> None:
     """While the main thread reads (pyarrow releases the GIL), run the imports the compute
     phase would otherwise make, in the order it needs them:
 
@@ -93,7 +112,7 @@ def _warm_up(n_rows: int, anchors: bool) -> None:
       checks make the first) imports pandas where it is installed, ~0.2 s, although no
       pandas object is ever made: one tiny conversion runs it here;
     - the compiled kernels a log of `n_rows` rows will use (numba's start-up); nothing for a
-      log the numpy code computes;
+      log the numpy code computes, nor without `kernels` (`_numba_import_leaves_streams_alone`);
     - polars, which hashes the anchors (`anchors`: the log has an anchor column), ~0.1 s.
 
     Errors are left to the real calls, which report them properly."""
@@ -105,7 +124,8 @@ def _warm_up(n_rows: int, anchors: bool) -> None:
 
         from gaca_cli.credit.run import warm_up_kernels
 
-        warm_up_kernels(n_rows)
+        if kernels:
+            warm_up_kernels(n_rows)
         if anchors:
             import polars  # noqa: F401
     except Exception:  # noqa: BLE001 - the computation itself will raise it with context

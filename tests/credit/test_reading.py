@@ -3,7 +3,10 @@ to every column, from the footers), and the anchor column, grouped exactly."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
@@ -295,3 +298,75 @@ def test_a_batch_sized_log_never_loads_numba(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "False", proc.stdout
+
+
+_ASSIGNMENTS_OFF_THE_MAIN_THREAD = """
+import os, sys, threading, types
+
+seen = []
+
+class Watched(types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in ("stdout", "stderr") and threading.current_thread() is not threading.main_thread():
+            seen.append(name)
+        super().__setattr__(name, value)
+
+sys.__class__ = Watched
+if {guard}:
+    from gaca_cli.credit.reading import _numba_import_leaves_streams_alone
+    print(_numba_import_leaves_streams_alone())
+
+
+def load():  # what the warm-up does: import the kernels (numba), and load them (numba's targets)
+    import gaca_cli.credit._kernels
+    from numba.core.registry import cpu_target
+
+    cpu_target.target_context.refresh()
+
+
+thread = threading.Thread(target=load, name="gaca-kernels")
+thread.start()
+thread.join()
+print(sorted(set(seen)), os.environ.get("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"))
+"""
+
+
+def test_numba_imported_on_the_warm_up_thread_leaves_sys_stdout_and_stderr_alone():
+    """numba's import wraps an error message of its own in colorama's init and deinit where
+    colorama is importable (in any process that imported ray), and they assign sys.stdout and
+    sys.stderr. On the warm-up thread that undid what the main thread assigned meanwhile: a
+    test runner's capture found its stream closed. Unguarded (the first run) the assignments
+    happen on the thread; guarded, none does, and the highlighting numba's default colour
+    scheme makes a no-op is off."""
+    import subprocess
+
+    pytest.importorskip("colorama")
+
+    def run(guard: bool) -> list[str]:
+        code = _ASSIGNMENTS_OFF_THE_MAIN_THREAD.format(guard=guard)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split("\n")[:-1]
+
+    assert run(guard=False) == ["['stderr', 'stdout'] None"]
+    assert run(guard=True) == ["True", "[] 1"]
+
+
+@pytest.mark.parametrize(
+    "numba,colorama,scheme,thread",
+    [(False, False, "dark_bg", False), (True, True, "", False), (True, False, "", True)],
+    ids=["a-chosen-colour-scheme", "numba-imported-with-colorama", "numba-imported-without-colorama"],
+)
+def test_where_numba_stays_off_the_warm_up_thread(monkeypatch, numba, colorama, scheme, thread):
+    """A user who set NUMBA_COLOR_SCHEME keeps numba's highlighting, and numba already imported
+    with colorama at hand highlights: numba is then not loaded on the warm-up thread (the main
+    thread loads it when the run needs it)."""
+    monkeypatch.delenv("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", raising=False)
+    monkeypatch.setenv("NUMBA_COLOR_SCHEME", scheme)
+    for name, present in (("numba", numba), ("colorama", colorama)):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        if present:
+            monkeypatch.setitem(sys.modules, name, ModuleType(name))
+    assert reading._numba_import_leaves_streams_alone() is thread
+    assert "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING" not in os.environ
