@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from gaca_cli.credit.config import AdvantagesConfig
@@ -20,7 +19,7 @@ from gaca_cli.errors import GacaError
 from gaca_cli.integrations.arrays import compute_advantages as compute_advantages
 from gaca_cli.integrations.arrays import options_config
 from gaca_cli.log import columns as C
-from gaca_cli.log.reading import Log, apply_column_map
+from gaca_cli.log.reading import Log, memory_log
 
 #: how an in-memory input is named in errors (GacaError.file)
 TABLE_NAMES = {"arrow": "<pyarrow.Table>", "polars": "<polars.DataFrame>", "pandas": "<pandas.DataFrame>"}
@@ -60,18 +59,6 @@ def _log(data: Any, kind: str, column_map: Mapping[str, str] | None) -> Log:
     if kind == "paths":
         return read(_paths(data), column_map)
     return memory_log(_arrow(data, kind), column_map, TABLE_NAMES[kind])
-
-
-def memory_log(table: pa.Table, column_map: Mapping[str, str] | None, name: str) -> Log:
-    """A log held in memory (no file): the table with `column_map` (NEW -> OLD) applied."""
-    from gaca_cli.log.widening import typed_nulls
-
-    if table.num_rows == 0:
-        raise GacaError("the log has no rows", file=name)
-    mapped, renamed = apply_column_map(table.replace_schema_metadata(None), dict(column_map or {}), name)
-    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"gaca.")}
-    rows = np.array([table.num_rows], dtype=np.int64)
-    return Log(table=typed_nulls(mapped), files=(name,), file_row_ends=rows, metadata=meta, renamed=renamed)
 
 
 def read_log(paths: str | os.PathLike | Sequence[str | os.PathLike], column_map: Mapping[str, str] | None = None):
@@ -139,12 +126,18 @@ def validate(data: Any, *, command: str = "validate", column_map: Mapping[str, s
 def check(data: Any, command: str, column_map: Mapping[str, str] | None):
     """(the log, its CheckReport): what `validate` and `gaca validate` report."""
     from gaca_cli.log.checks import check_log
+
+    _check_command(command)
+    log = _log(data, _kind(data), column_map)
+    return log, check_log(log, command)
+
+
+def _check_command(command: str) -> None:
+    """A ValueError for a command whose needs the checks do not know (COMMAND_NEEDS)."""
     from gaca_cli.log.schema import COMMAND_NEEDS
 
     if command not in COMMAND_NEEDS:
         raise ValueError(f"command={command!r} is not valid; use one of {', '.join(COMMAND_NEEDS)}")
-    log = _log(data, _kind(data), column_map)
-    return log, check_log(log, command)
 
 
 def import_logs(
@@ -176,6 +169,7 @@ def run_import(format_name: str, sources: Any, out: Path | None, options: Any, c
     `gaca validate --from` (`out` None: only checked, every broken rule in the result's `violations`)."""
     from gaca_cli.integrations.imports.core import run_import as run
 
+    _check_command(command)
     result = run(format_name, _paths(sources), out, options, command)
     if out is not None and result.violations:
         raise result.violations[0]

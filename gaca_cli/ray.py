@@ -69,7 +69,7 @@ def advantages(
         parts.append(by_bucket.map_groups(_compute, fn_args=(config, mapping), batch_format="pyarrow").materialize())
         summary = pa.concat_tables([summary, _summary(parts[1], group_column)], promote_options="permissive")
     out = done.union(*parts[1:]) if parts[1:] else done
-    if config.method not in ("gigpo", "gaca"):  # no step_group_id to number across the log
+    if _GROUP_STEP_GROUPS not in summary.column_names:  # the method writes no step_group_id
         return out
     step_groups = summary.group_by([group_column, _GROUP_STEP_GROUPS]).aggregate([]).sort_by(group_column)
     offset = np.cumsum(np.r_[0, step_groups.column(_GROUP_STEP_GROUPS).to_numpy()[:-1]])  # in sorted group_id order
@@ -86,9 +86,9 @@ def _summary(dataset: Any, group: str) -> pa.Table:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def _group_sizes(batch: pa.Table, keys: list[str] | None = None) -> pa.Table:
-    """The rows of each distinct value of the `keys` present (default: the first column)."""
-    keys = [c for c in keys if c in batch.column_names] if keys else batch.column_names[:1]
+def _group_sizes(batch: pa.Table, keys: list[str]) -> pa.Table:
+    """The rows of each distinct value of the `keys` present."""
+    keys = [c for c in keys if c in batch.column_names]
     return batch.group_by(keys).aggregate([([], "count_all")])
 
 
@@ -156,10 +156,10 @@ def _compute(bucket: pa.Table, config: AdvantagesConfig, mapping: dict[str, str]
     with the group's number of step groups beside it. The numpy code or the compiled loops are
     chosen as for a large log: a worker computes many blocks, so the loops' start-up is paid
     once per worker."""
-    from gaca_cli.api import memory_log
     from gaca_cli.credit._compiled import COMPILED_FROM_ROWS
     from gaca_cli.credit.run import compute_advantages
     from gaca_cli.log.grouping import id_codes
+    from gaca_cli.log.reading import memory_log
 
     table = bucket.drop_columns([_BUCKET]) if _BUCKET in bucket.column_names else bucket  # or a block
     run = compute_advantages(memory_log(table, mapping, "<ray block>"), config, path_rows=COMPILED_FROM_ROWS)

@@ -11,7 +11,7 @@ import sys
 import typing
 from pathlib import Path
 
-from gaca_cli.cli.options import choices_of, names_of, option_fields
+from gaca_cli.cli.options import choices_of, names_of, negatable, option_fields
 
 MARKED = re.compile(r"(<!-- options: ([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.S)
 
@@ -40,8 +40,7 @@ def option_table(config_class: type) -> str:
     hints = typing.get_type_hints(config_class)
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for f in option_fields(config_class):
-        negatable = f.default is True or f.metadata.get("negatable")
-        names = names_of(f) + ([f"--no-{f.name.replace('_', '-')}"] if negatable else [])
+        names = names_of(f) + ([f"--no-{f.name.replace('_', '-')}"] if negatable(f, hints[f.name]) else [])
         listed = typing.get_origin(hints[f.name]) is tuple  # a comma-separated list: its help says so
         value = f.metadata.get("metavar") or ("" if listed else "|".join(map(str, choices_of(hints[f.name]))))
         names[-1] += f" {value}" if value else ""

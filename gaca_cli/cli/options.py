@@ -86,13 +86,18 @@ def _number_kind(hint: Any) -> type | None:
     return None
 
 
+def negatable(field: dataclasses.Field, hint: Any) -> bool:
+    """Whether a bool option also gets `--no-NAME`: on by default, or marked so."""
+    return hint is bool and (field.default is True or bool(field.metadata.get("negatable")))
+
+
 def _parameter(field: dataclasses.Field, hint: Any) -> inspect.Parameter:
     """The typer parameter of one config field."""
     meta = field.metadata
     default = ... if field.default is dataclasses.MISSING else field.default
     extra: dict[str, Any] = {}
     decls = names_of(field)
-    if hint is bool and (default is True or meta.get("negatable")):
+    if negatable(field, hint):
         decls[-1] += f"/--no-{decls[-1][2:]}"
     if _is_str_tuple(hint):
         hint = str | None

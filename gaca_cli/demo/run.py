@@ -66,17 +66,17 @@ class DemoConfig:
         check_choices(self)
         for name in ("games", "rollouts", "max_steps", "bc_steps", "epochs"):
             if getattr(self, name) < 1:
-                raise ConfigError(name, f"{name} = {getattr(self, name)!r} is not valid; use an integer ≥ 1")
+                invalid(self, name, "an integer ≥ 1")
         if self.rollouts < 2:
             invalid(self, "rollouts", "≥ 2 (a group needs a baseline)")
         if self.iterations < 0:
-            raise ConfigError("iterations", f"iterations = {self.iterations} is not valid; use an integer ≥ 0")
+            invalid(self, "iterations", "an integer ≥ 0")
         if not self.methods:
             raise ConfigError("methods", "methods = '' is not valid; use names from " + ", ".join(METHODS))
         if not 0 <= self.seed < 2**32:
-            raise ConfigError("seed", f"seed = {self.seed!r} is not valid; use an integer in [0, 2**32)")
+            invalid(self, "seed", "an integer in [0, 2**32)")
         if not self.lr > 0:
-            raise ConfigError("lr", f"lr = {self.lr!r} is not valid; use a learning rate > 0, e.g. 2e-4")
+            invalid(self, "lr", "a learning rate > 0, e.g. 2e-4")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from gaca_cli.credit.run import compute_advantages as run_estimator
 from gaca_cli.credit.run import gc_paused
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
-from gaca_cli.log.reading import Log
+from gaca_cli.log.reading import memory_log
 
 ARRAYS = "<arrays>"  # how errors name the input (GacaError.file)
 
@@ -113,7 +113,7 @@ def compute_advantages(  # noqa: PLR0913
         u = a["nll"].astype(np.float64)
         columns[C.NLL_MEAN if config.nll_reduce == "mean" else C.NLL_SUM] = pa.array(u, mask=np.isnan(u))
     row_return = None if episode_reward is None else a["episode_reward"].astype(np.float64)
-    log = Log(table=pa.table(columns), files=(ARRAYS,), file_row_ends=np.array([n], dtype=np.int64))
+    log = memory_log(pa.table(columns), None, ARRAYS)
     with gc_paused():
         run = run_estimator(log, config, row_return=row_return)
     out = {

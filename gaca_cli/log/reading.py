@@ -486,8 +486,24 @@ def _first_line(exc: BaseException) -> str:
 
 def read_metadata(path: str) -> dict[str, str]:
     """The gaca.* key/value metadata of one Parquet file."""
-    meta = {k.decode("utf-8", "replace"): v for k, v in (pq.read_schema(path).metadata or {}).items()}
+    return _gaca_metadata(pq.read_schema(path).metadata)
+
+
+def _gaca_metadata(metadata: Mapping[bytes, bytes] | None) -> dict[str, str]:
+    """The gaca.* entries of a schema's key/value metadata (bytes that are not UTF-8 replaced)."""
+    meta = {k.decode("utf-8", "replace"): v for k, v in (metadata or {}).items()}
     return {k: v.decode("utf-8", "replace") for k, v in meta.items() if k.startswith("gaca.")}
+
+
+def memory_log(table: pa.Table, column_map: Mapping[str, str] | None, name: str) -> Log:
+    """A log held in memory (no file, `name` in messages): the table with `column_map`
+    (NEW -> OLD) applied, as `read_log` gives a file's."""
+    if table.num_rows == 0:
+        raise GacaError("the log has no rows", file=name)
+    mapped, renamed = apply_column_map(table.replace_schema_metadata(None), dict(column_map or {}), name)
+    meta = _gaca_metadata(table.schema.metadata)
+    rows = np.array([table.num_rows], dtype=np.int64)
+    return Log(table=typed_nulls(mapped), files=(name,), file_row_ends=rows, metadata=meta, renamed=renamed)
 
 
 def read_key_value_metadata(path: str) -> dict[str, str]:

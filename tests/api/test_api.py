@@ -187,6 +187,9 @@ def test_compute_advantages_refuses_bad_arrays():
     steps[1] = 5
     with pytest.raises(gaca.GacaError, match="<arrays>: column 'step_idx': steps of a trajectory"):
         gaca.compute_advantages(**{**arrays, "step_idx": steps}, method="grpo")
+    with pytest.raises(gaca.GacaError, match="<arrays>: the log has no rows"):  # was a ZeroDivisionError
+        none = np.zeros(0, dtype=np.int64)
+        gaca.compute_advantages(group_id=none, traj_id=none, step_idx=none, reward=np.zeros(0), method="grpo")
 
 
 # --------------------------------------------------------------------------- validate, read_log, import
@@ -227,6 +230,16 @@ def test_import_logs_equals_the_command(tmp_path):
         gaca.import_logs(
             "chat-jsonl", write_jsonl(tmp_path / "bad.jsonl", [{"messages": 3}]), output=tmp_path / "x.parquet"
         )
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_an_unknown_command_is_refused_before_importing(tmp_path):
+    """`command=` is checked first, as `validate`'s is: a ValueError, nothing written."""
+    from tests.integrations.test_import_chat_jsonl import TRAJECTORIES, write_jsonl
+
+    src = write_jsonl(tmp_path / "chats.jsonl", TRAJECTORIES)
+    with pytest.raises(ValueError, match="command='advantage' is not valid"):
+        gaca.import_logs("chat-jsonl", src, output=tmp_path / "x.parquet", command="advantage")
     assert not (tmp_path / "x.parquet").exists()
 
 
