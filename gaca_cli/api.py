@@ -12,12 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from gaca_cli.config import options_config
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import AdvantagesRun, gc_paused
 from gaca_cli.credit.run import compute_advantages as run_estimator
 from gaca_cli.errors import GacaError
 from gaca_cli.integrations.arrays import compute_advantages as compute_advantages
-from gaca_cli.integrations.arrays import options_config
 from gaca_cli.log import columns as C
 from gaca_cli.log.reading import Log, memory_log
 

@@ -1,14 +1,17 @@
 """What every command's frozen config dataclass shares: the error its validation raises, the
-check of its `Literal[...]` choice fields, and when an option does nothing given the others.
+check of its `Literal[...]` choice fields, when an option does nothing given the others, and
+a config built from the library's keyword options (`options_config`).
 Standard library only: every layer's configs use it, and the command line turns a ConfigError
 into a usage error (`cli/options.py`)."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import typing
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class ConfigError(ValueError):
@@ -65,3 +68,20 @@ def inactive_because(config: object, name: str) -> str | None:
         default = next(g.default for g in fields(config) if g.name == other)  # type: ignore[arg-type]
         return None if value != default else f"{flag} is given"
     return None if value in wanted else f"{flag} {' or '.join(wanted)}"
+
+
+def options_config(config_class: type, options: Mapping[str, Any], **fixed: Any) -> Any:
+    """A command's config from keyword options (`beta=0.3`), refused as on the command line: an
+    unknown option (TypeError), a bad value or one with no effect (ValueError), named."""
+    names = [f.name for f in fields(config_class) if "help" in f.metadata and f.name not in fixed]
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise TypeError(f"unknown option {unknown[0]!r}; {hint}the options are: {', '.join(names)}")
+    config = config_class(**{**options, **fixed})
+    for name, value in options.items():
+        default = next(f.default for f in fields(config_class) if f.name == name)
+        if value != default and (unless := inactive_because(config, name)) is not None:
+            raise ValueError(f"{name}={value!r} has no effect unless {unless.lstrip('-').replace('-', '_')}; drop it")
+    return config

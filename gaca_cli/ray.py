@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gaca_cli.config import options_config
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.errors import GacaError
-from gaca_cli.integrations.arrays import options_config
 from gaca_cli.log import columns as C
 
 _BUCKET, _GROUP_STEP_GROUPS, _WHOLE = "__gaca_bucket", "__gaca_group_step_groups", "__gaca_whole"  # temporary

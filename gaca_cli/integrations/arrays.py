@@ -8,16 +8,13 @@ imported here: tensors come from a caller that has it loaded.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import sys
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from gaca_cli.config import inactive_because
+from gaca_cli.config import options_config
 from gaca_cli.credit.config import AdvantagesConfig
 from gaca_cli.credit.run import compute_advantages as run_estimator
 from gaca_cli.credit.run import gc_paused
@@ -26,23 +23,6 @@ from gaca_cli.log import columns as C
 from gaca_cli.log.reading import memory_log
 
 ARRAYS = "<arrays>"  # how errors name the input (GacaError.file)
-
-
-def options_config(config_class: type, options: Mapping[str, Any], **fixed: Any) -> Any:
-    """A command's config from keyword options (`beta=0.3`), refused as on the command line: an
-    unknown option (TypeError), a bad value or one with no effect (ValueError), named."""
-    names = [f.name for f in dataclasses.fields(config_class) if "help" in f.metadata and f.name not in fixed]
-    unknown = sorted(set(options) - set(names))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], names, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise TypeError(f"unknown option {unknown[0]!r}; {hint}the options are: {', '.join(names)}")
-    config = config_class(**{**options, **fixed})
-    for name, value in options.items():
-        default = next(f.default for f in dataclasses.fields(config_class) if f.name == name)
-        if value != default and (unless := inactive_because(config, name)) is not None:
-            raise ValueError(f"{name}={value!r} has no effect unless {unless.lstrip('-').replace('-', '_')}; drop it")
-    return config
 
 
 def _is_tensor(x: Any) -> bool:
