@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,6 +176,26 @@ def test_generator_rows_split_into_loss_mask_runs():
                 assert row["generation_time_s"] == rec["trajectory_generation_times"]
         assert got_total == total  # a row's rewards are all given to its steps
     assert next(it, None) is None
+
+
+def test_generator_columns_come_in_the_same_order_whatever_the_hash_seed():
+    """The renamed generator fields (stop_reason, generation_time_s) were taken in a set's
+    order, which follows PYTHONHASHSEED: the written columns changed order from run to run."""
+    import subprocess
+    import sys
+
+    code = (
+        "from tests.integrations.test_import_skyrl import BATCH, STEPWISE, read\n"
+        "row = next(r for r in read(STEPWISE, BATCH) if 'generation_time_s' in r)\n"
+        "print([k for k in row if k in ('stop_reason', 'generation_time_s')])"
+    )
+    orders = set()
+    for seed in range(6):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        orders.add(proc.stdout.strip())
+    assert orders == {"['stop_reason', 'generation_time_s']"}
 
 
 def test_generator_rewards_per_step():

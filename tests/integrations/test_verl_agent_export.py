@@ -229,7 +229,8 @@ def test_parquet_file_records_its_source(tmp_path, tok):
         ({"anchor_obs": 5}, "field 'anchor_obs': must be a string, got 5"),
         ({"action_token_ids": [1.5]}, "field 'action_token_ids': must be a list of integers"),
         ({"behavior_logprobs": [0.0]}, "field 'behavior_logprobs': has 1 values for"),
-        ({"extra": "{"}, "field 'extra': must be JSON text"),
+        ({"extra": "{"}, "field 'extra': not valid JSON"),
+        ({"extra": '{"a": "\\ud800"}'}, "field 'a': not valid Unicode"),  # in extra: was a UnicodeEncodeError
     ],
 )
 def test_a_bad_exported_row_names_file_line_and_field(tmp_path, tok, change, message):

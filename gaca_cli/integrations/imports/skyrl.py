@@ -181,7 +181,7 @@ def _generator_rows(
     common: dict[str, Any] = {"loss_mask_empty": not runs}
     runs = runs or [(0, len(response_ids))]
     first_step = open_steps.pop(traj_id, (0,))[0]
-    common.update((_GENERATOR_RENAMED[k], record[k]) for k in _GENERATOR_RENAMED.keys() & record.keys())
+    common.update((new, record[k]) for k, new in _GENERATOR_RENAMED.items() if k in record)  # in a fixed order
     # a field named like a column the rows get (`reward`, `done`, ...) is kept as source_<name>
     items = ((k, v) for k, v in record.items() if k not in _GENERATOR_MAPPED and k not in _GENERATOR_RENAMED)
     own, extra = rest(items, path, where, _GENERATOR_WRITTEN)

@@ -4,7 +4,6 @@ are checked and every column passed through. See docs/formats/verl-agent.md."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,11 @@ import msgspec
 from gaca_cli.integrations.imports.base import (
     FormatInfo,
     ImportOptions,
-    SourceError,
     broken,
     declared,
     iter_jsonl,
     iter_parquet_rows,
+    json_text,
     locate,
     show,
 )
@@ -92,10 +91,7 @@ def _check(record: Any, path: Path, where: str) -> dict[str, Any]:
     row = dict(record)
     row[C.REWARD], row[C.EPISODE_REWARD] = checked.reward, checked.episode_reward
     if isinstance(row.get("extra"), str):
-        try:
-            row["extra"] = json.loads(row["extra"])
-        except (ValueError, RecursionError):  # not JSON, or too large or deeply nested to read
-            raise SourceError(path, where, "extra", "must be JSON text") from None
+        row["extra"] = json_text(row["extra"], path, where, "extra")
     return row
 
 
