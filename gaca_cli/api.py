@@ -106,14 +106,10 @@ def advantages(data: Any, *, method: str, column_map: Mapping[str, str] | None =
 
 def annotated(run: AdvantagesRun, paths: Sequence[str | os.PathLike], column_map: Mapping[str, str] | None) -> pa.Table:
     """The table `gaca advantages` writes for a run on files: every column of the files."""
-    from gaca_cli.credit.writing import annotated_table, output_metadata, with_stored_time_zones
-    from gaca_cli.log.reading import read_log as read
+    from gaca_cli.credit.writing import output_metadata, whole_annotated
 
-    full = read(paths, column_map) if run.log.partial else run.log
-    table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
-    table = with_stored_time_zones(table, full.files[0])
-    meta = output_metadata(full, run.metadata)
-    return table.replace_schema_metadata({k: v for k, v in meta.items() if k != "ARROW:schema"})
+    full, table = whole_annotated(run, paths, column_map)
+    return table.replace_schema_metadata(output_metadata(full, run.metadata))
 
 
 def validate(data: Any, *, command: str = "validate", column_map: Mapping[str, str] | None = None) -> list[GacaError]:

@@ -19,6 +19,14 @@ from gaca_cli.errors import GacaError
 GLOB_CHARS = set("*?[")  # a LOG argument with one of these is a pattern
 
 
+def glob_matches(text: str) -> list[str] | None:
+    """The paths a pattern matches, sorted (`**` spans folders); None when `text` is a path
+    (no glob character, or a file or folder of that very name exists)."""
+    if not any(ch in GLOB_CHARS for ch in text) or os.path.exists(text):
+        return None
+    return sorted(glob.glob(text, recursive=True))
+
+
 @contextlib.contextmanager
 def atomic_path(out: str | os.PathLike) -> Iterator[str]:
     """A temporary path in the directory of `out`; renamed to `out` when the block succeeds,

@@ -58,12 +58,13 @@ def usable(n_rows: int) -> ModuleType | None:
     None. A cold cache is filled by a background process for the next run."""
     if not wanted(n_rows):
         return None
+    forced = os.environ.get(ENV) == "1"
     with _LOCK:
-        folder = None if os.environ.get(ENV) == "1" else _cold_cache()  # (then numba is not needed)
+        folder = None if forced else _cold_cache()  # (then numba is not needed)
         if folder is None:
             from gaca_cli.credit import _kernels
 
-            if os.environ.get(ENV) == "1" or _kernels.cached():
+            if forced or _kernels.cached():
                 return _kernels
             folder = Path(_kernels.ENTRY_POINTS[0].stats.cache_path)
         _fill_cache(folder / "gaca-compiling")

@@ -358,9 +358,10 @@ def history_group_codes(step_group: np.ndarray, index: TrajectoryIndex, windows:
     """
     step, window = index.step, step_group
     yield window
+    base = int(step_group.max(initial=-1)) + 1
     for k in range(2, windows + 1):
         at = np.flatnonzero(step >= k - 1)
-        pair = window[at] * (int(step_group.max()) + 1) + step_group[at - (k - 1)]
+        pair = window[at] * base + step_group[at - (k - 1)]
         window = np.full(len(step), -1, dtype=np.int64)
         window[at] = np.unique(pair, return_inverse=True)[1].reshape(-1)
         yield window

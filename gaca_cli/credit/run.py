@@ -21,7 +21,7 @@ from gaca_cli.credit.summary import summarize
 from gaca_cli.errors import GacaError
 from gaca_cli.log import columns as C
 from gaca_cli.log.anchors import anchor_column, anchor_warnings, anchors_of
-from gaca_cli.log.checks import CheckOptions, prepare_log
+from gaca_cli.log.checks import CheckOptions, prepare_log, row_violation
 from gaca_cli.log.grouping import contiguous_decoded
 from gaca_cli.log.index import TrajectoryIndex
 from gaca_cli.log.reading import Log, restore_column_names
@@ -221,8 +221,6 @@ def _compute(log: Log, config: AdvantagesConfig, row_return: np.ndarray | None, 
 def _check_row_return(log: Log, index: TrajectoryIndex, row_return: np.ndarray, config: AdvantagesConfig) -> np.ndarray:
     """R of each trajectory (its first row's) from a return per row: finite and, with episode
     statistics over trajectories, the same on every row of a trajectory."""
-    from gaca_cli.log.checks import rows_text
-
     first = row_return[index.rows(index.traj_start)]
     rows = np.flatnonzero(~np.isfinite(row_return))
     rule = "must be finite (no NaN, no ±inf)"
@@ -230,9 +228,7 @@ def _check_row_return(log: Log, index: TrajectoryIndex, row_return: np.ndarray, 
         rows = np.flatnonzero(row_return != first[index.row_traj])
         rule = "episode statistics over trajectories need one score per trajectory; use episode_stats='steps'"
     if len(rows):
-        raise GacaError(
-            rule, file=log.source, column=C.EPISODE_REWARD, rows=rows_text(log.table, rows), n_rows=len(rows)
-        )
+        raise row_violation(log, C.EPISODE_REWARD, rule, rows)
     return first
 
 

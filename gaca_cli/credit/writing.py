@@ -62,6 +62,30 @@ def output_metadata(log: Log, metadata: Mapping[str, str]) -> dict[str, str]:
     return {**read_key_value_metadata(log.files[0]), **metadata}
 
 
+def whole_annotated(
+    run: AdvantagesRun, paths: Sequence[str | os.PathLike], column_map: Mapping[str, str] | None
+) -> tuple[Log, pa.Table]:
+    """(the whole log, the annotated table: every column of the files and the method's), the
+    files read again when the run read only some columns; the columns that were checked from
+    their statistics alone are checked on their values now."""
+    log = run.log
+    full = read_log(paths, column_map) if log.partial else log
+    if full.table.num_rows != run.new_columns.num_rows:  # the files changed while we worked
+        raise GacaError("the input changed while it was being read; run again", file=log.source)
+    if log.partial and log.plain_files:  # the columns checked from their statistics, now read
+        read = columns_read(log)
+        unread = [n for n in full.table.column_names if full.original_name(n) not in read]
+        starts = [0, *full.file_row_ends[:-1].tolist()]
+        for name in unread:
+            column = full.table.column(name)
+            if pa.types.is_nested(column.type):
+                continue
+            for path, lo, hi in zip(full.files, starts, full.file_row_ends.tolist()):
+                check_null_statistics(path, full.original_name(name), column.slice(lo, hi - lo).null_count)
+    table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
+    return full, with_stored_time_zones(table, full.files[0])
+
+
 def write_annotated(
     run: AdvantagesRun, out: str | os.PathLike, paths: Sequence[str | os.PathLike], column_map: Mapping[str, str]
 ) -> str:
@@ -80,27 +104,15 @@ def write_annotated(
         try:
             with atomic_path(out) as tmp:
                 splice_columns(log.files, drop, run.new_columns, tmp, metadata, dictionary_columns=(C.ADV_METHOD,))
-                unread = [n for n in kept if n not in drop and n not in columns_read(log)]
+                read = columns_read(log)
+                unread = [n for n in kept if n not in drop and n not in read]
                 if unread:
                     check_copied_columns(tmp, log.files, unread)
             return "spliced"
         except SpliceUnsupported as exc:
             message = f"could not splice the output ({exc}); writing it with pyarrow instead (same content, slower)"
             warnings.warn(SpliceFallbackWarning(message), stacklevel=2)
-    full = read_log(paths, column_map) if log.partial else log
-    if full.table.num_rows != run.new_columns.num_rows:  # the files changed while we worked
-        raise GacaError("the input changed while it was being read; run again", file=log.source)
-    if log.partial and log.plain_files:  # the columns checked from their statistics, now read
-        unread = [n for n in full.table.column_names if full.original_name(n) not in columns_read(log)]
-        starts = [0, *full.file_row_ends[:-1].tolist()]
-        for name in unread:
-            column = full.table.column(name)
-            if pa.types.is_nested(column.type):
-                continue
-            for path, lo, hi in zip(full.files, starts, full.file_row_ends.tolist()):
-                check_null_statistics(path, full.original_name(name), column.slice(lo, hi - lo).null_count)
-    table = annotated_table(full.table, full.renamed, run.new_columns, full.source)
-    table = with_stored_time_zones(table, full.files[0])
+    full, table = whole_annotated(run, paths, column_map)
     dictionary = [n for n in table.column_names if n in _DICTIONARY_COLUMNS]
     int96 = has_int96_timestamps(full.files[0])
     write_parquet_atomic(table, out, metadata, dictionary_columns=dictionary, int96_timestamps=int96)

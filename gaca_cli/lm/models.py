@@ -351,11 +351,12 @@ def model_fingerprint(model: str, revision: str | None = None) -> str:
     if not os.path.exists(model):
         return hashlib.sha256(f"hub:{model}@{revision or 'main'}".encode()).hexdigest()[:16]
     h = hashlib.sha256()
-    directory = os.path.isdir(model)
-    for path in [os.path.join(model, name) for name in sorted(os.listdir(model))] if directory else [model]:
+    paths = [model]
+    if os.path.isdir(model):  # its model files
+        paths = [os.path.join(model, n) for n in sorted(os.listdir(model)) if n.endswith(_MODEL_FILES)]
+        paths = [p for p in paths if os.path.isfile(p)]
+    for path in paths:
         name = os.path.basename(path)
-        if directory and not (name.endswith(_MODEL_FILES) and os.path.isfile(path)):
-            continue
         size = os.path.getsize(path)
         h.update(f"{name}\0{size}\0".encode())
         with open(path, "rb") as f:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import glob
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from gaca_cli.errors import GacaError
-from gaca_cli.files import GLOB_CHARS
+from gaca_cli.files import glob_matches
 from gaca_cli.log.decoding import refuse_encrypted
 from gaca_cli.log.widening import cast_columns, null_types, text_width_types, typed_nulls, with_text_widths
 
@@ -283,8 +282,7 @@ def expand_inputs(paths: Sequence[str | os.PathLike]) -> list[tuple[str, bool]]:
     resolved: list[tuple[str, bool]] = []
     for raw in paths:
         text = str(raw)
-        if any(ch in GLOB_CHARS for ch in text) and not os.path.exists(text):
-            matches = sorted(glob.glob(text, recursive=True))
+        if (matches := glob_matches(text)) is not None:
             if not matches:
                 raise GacaError("no file matches this pattern", file=text)
             resolved.extend((m, os.path.isdir(m)) for m in matches)

@@ -327,3 +327,15 @@ def test_a_damaged_carried_column_without_the_splice(tmp_path, damaged_file, mon
     assert res.exit_code == 1, res.output
     assert_one_error(res.stderr, str(damaged), "column 'prompt'", "not a readable Parquet file")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(("writer", "how"), [("checksums-gzip", "values"), ("pyarrow", "null-levels")])
+def test_a_damaged_carried_column_is_the_librarys_error_too(damaged_file, writer, how):
+    """`gaca.advantages` on files runs the command's checks of the columns it carries: the
+    same error, from the read or from the nulls against the footer's statistics."""
+    import gaca_cli as gaca
+
+    damaged = damaged_file(writer, "prompt", how)
+    assert damaged is not None
+    with pytest.raises(gaca.GacaError, match="column 'prompt': not a readable Parquet file"):
+        gaca.advantages(str(damaged), method="grpo")

@@ -87,6 +87,9 @@ class _Row(msgspec.Struct):
     messages: list[_Message]
 
 
+_READ = frozenset({*KEPT, *_Row.__struct_fields__})  # the fields read into a row's own columns or extra
+
+
 class _Trajectory(msgspec.Struct):
     """A trajectory of a line of the older JSONL files (`serialize_trajectory_groups`)."""
 
@@ -173,7 +176,7 @@ def _read_parquet(path: Path) -> Iterator[dict[str, Any]]:
             parsed = (list(value) if value else None) if key.endswith("logs") else json_text(value, path, where, key)
             if parsed:
                 extra[key] = parsed
-        items = ((n, v) for n, v in record.items() if n not in {*KEPT, *_Row.__struct_fields__})
+        items = ((n, v) for n, v in record.items() if n not in _READ)
         own, nested = rest(items, path, where, WRITTEN)
         ids = (f"{path}:g{group}", f"{path}:g{group}/t{k}")
         columns = {"group_index": group, **layout, **own}

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from gaca_cli.errors import GacaError
+from gaca_cli.files import glob_matches
 from gaca_cli.log import columns as C
 
 File = str | os.PathLike  # a source file's path
@@ -469,11 +470,8 @@ def number(value: Any, file: File, where: str | None, key: str) -> float:
 
 def _matches(text: str) -> list[str]:
     """A source as given: a glob's matches (sorted), else the path itself."""
-    import glob
-
-    if any(ch in "*?[" for ch in text) and not os.path.exists(text):
-        return sorted(glob.glob(text, recursive=True))
-    return [text]
+    matches = glob_matches(text)
+    return [text] if matches is None else matches
 
 
 def companion_files(sources: Iterable[File], companions: Sequence[str]) -> list[Path]:

@@ -101,8 +101,7 @@ class _AgentLoop(msgspec.Struct):
         for name, values in ((RESPONSE_MASK, self.response_mask), (RESPONSE_LOGPROBS, self.response_logprobs)):
             if values is not None and len(values) != n:
                 raise broken(name, f"has {len(values)} values for {n} response_ids")
-        if any(m not in (0, 1) for m in self.response_mask):
-            bad = next(i for i, m in enumerate(self.response_mask) if m not in (0, 1))
+        if (bad := next((i for i, m in enumerate(self.response_mask) if m not in (0, 1)), None)) is not None:
             raise broken(RESPONSE_MASK, f"must hold 0s and 1s, got {self.response_mask[bad]} at position {bad}")
         if 1 not in self.response_mask:
             raise broken(RESPONSE_MASK, "no generated token (no 1 in the mask): no step to import")
