@@ -221,12 +221,18 @@ def split_chat(
     turn's text (`action_text`), the turn's message as the source wrote it)."""
     context: list[dict[str, str]] = []
     for m in messages:
+        turn = chat_turn(m, assistant_role)
         if m.get("role") == assistant_role:
-            text = action_text(m)
-            yield list(context), text, m
-            context.append({"role": str(m.get("role")), "content": text})
-        else:
-            context.extend(plain_chat([m]))
+            yield list(context), turn["content"], m
+        context.append(turn)
+
+
+def chat_turn(message: Mapping[str, Any], assistant_role: str = "assistant") -> dict[str, str]:
+    """A message as the context of later turns holds it, `{"role", "content"}` text; an
+    assistant turn's content is its `action_text` (its tool calls included)."""
+    if message.get("role") == assistant_role:
+        return {"role": str(message.get("role")), "content": action_text(message)}
+    return plain_chat([message])[0]
 
 
 def after_last_turn(messages: Sequence[Mapping[str, Any]], assistant_role: str = "assistant") -> str | None:

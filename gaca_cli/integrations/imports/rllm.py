@@ -17,15 +17,14 @@ from gaca_cli.integrations.imports.base import (
     FormatInfo,
     ImportOptions,
     SourceError,
-    action_text,
     broken,
     chat_messages,
+    chat_turn,
     declared,
     keep_columns,
     locate,
     read_json,
     split_fields,
-    text_of,
     with_extra,
 )
 
@@ -187,10 +186,7 @@ def _ints(value: list[Any] | None) -> list[int] | None:
 
 def _context_and_action(step: _Step, path: Path, where: str) -> tuple[list[dict[str, str]], str]:
     chat = chat_messages(step.chat_completions or [], path, where, "chat_completions")
-    context = [
-        {"role": m["role"], "content": action_text(m) if m["role"] == "assistant" else text_of(m.get("content"))}
-        for m in chat
-    ]
+    context = [chat_turn(m) for m in chat]
     if chat and chat[-1]["role"] == "assistant":
         return context[:-1], context[-1]["content"]
     if not chat and not step.model_response:

@@ -22,6 +22,7 @@ from gaca_cli.integrations.imports.base import (
     after_last_turn,
     broken,
     chat_messages,
+    chat_turn,
     declared,
     is_scalar,
     iter_jsonl,
@@ -336,10 +337,11 @@ def _trace_rows(
     sampled = [i for i, node in enumerate(nodes) if node.get("sampled") is True]
     on_path: set[int] = set()
     steps: list[dict[str, Any]] = []
+    turns = [chat_turn(node["message"]) for node in nodes] if sampled else []  # each rendered once
     for i in sampled:
         chain = _path(nodes, i)
         on_path.update(chain)
-        steps.append(_step(path, where, f"{field}.nodes[{i}]", nodes, chain, by_node.get(i)))
+        steps.append(_step(path, where, f"{field}.nodes[{i}]", nodes, chain, turns, by_node.get(i)))
     if not steps:  # no model turn (an error before the first): one empty step with the chat so far
         chain = _path(nodes, len(nodes) - 1) if nodes else []
         on_path.update(chain)
@@ -366,11 +368,18 @@ def _path(nodes: list[Mapping[str, Any]], i: int) -> list[int]:
 
 
 def _step(
-    path: Path, where: str, field: str, nodes: list[Mapping[str, Any]], chain: list[int], call: Mapping[str, Any] | None
+    path: Path,
+    where: str,
+    field: str,
+    nodes: list[Mapping[str, Any]],
+    chain: list[int],
+    turns: list[dict[str, str]],
+    call: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The row of the sampled node `chain[-1]`: context, action, tokens, and its model call."""
+    """The row of the sampled node `chain[-1]` (an assistant turn): context, action, tokens, and
+    its model call. `turns`: each node's message as context holds it (`chat_turn`)."""
     node = nodes[chain[-1]]
-    context, action, _ = list(split_chat([nodes[n]["message"] for n in chain]))[-1]
+    context, action = [turns[n] for n in chain[:-1]], turns[chain[-1]]["content"]
     step: dict[str, Any] = {"messages": context, "action": action, "timestamp": node.get("timestamp")}
     extra: dict[str, Any] = {}
 
